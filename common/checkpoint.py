@@ -1,0 +1,222 @@
+"""Checkpoint I/O in the format vLLM's `dspark` speculator reads (docs/vllm-contract.md).
+
+Canonical (dense) layout, as DeepSeek ships its DSpark drafts:
+    config.json         `DSparkConfig.to_hf_dict()` (Qwen3 backbone + DSpark keys, both layout keys)
+    model.safetensors   keys = our parameter names (no `model.` prefix); weights in `dtype`
+                        (bf16 by default), confidence head fp32, d2t int64 (+ t2d bool) only for a
+                        reduced vocab (vLLM has no d2t parameter for a full-vocab draft)
+    provenance.json     resolved config, command, git SHA, package versions, vocab-count hash
+Speculators layout: the same weights; config.json carries `speculators_config` so that
+`vllm serve <ckpt>` needs no flags.
+
+Every writer builds the folder in a temp dir next to the destination, validates it with
+`common.contract.check_checkpoint` and renames it into place: nothing half-written is ever final.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from common.config import DSparkConfig
+from common.model import DSparkDraftModel
+
+CONFIG_NAME, WEIGHTS_NAME, PROVENANCE_NAME = "config.json", "model.safetensors", "provenance.json"
+FP32_KEYS_PREFIX = "confidence_head."
+PACKAGES = ("torch", "transformers", "accelerate", "datasets", "safetensors", "dspark", "vllm")
+
+
+def export_state_dict(model: DSparkDraftModel, dtype=torch.bfloat16, include_embed=True):
+    """Tensors exactly as written to model.safetensors."""
+    cfg = model.config
+    out = {}
+    for name, t in model.state_dict().items():
+        if name in ("d2t", "t2d"):
+            if cfg.reduced_vocab:
+                out[name] = t.to(torch.int64 if name == "d2t" else torch.bool)
+            continue
+        if name == "embed_tokens.weight" and not include_embed:
+            continue
+        out[name] = t.to(torch.float32 if name.startswith(FP32_KEYS_PREFIX) else dtype)
+    return {k: v.detach().contiguous().cpu() for k, v in out.items()}
+
+
+def git_sha(path: str | os.PathLike = ".") -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for p in PACKAGES:
+        try:
+            versions[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def make_provenance(cfg: DSparkConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "dspark_config": cfg.to_hf_dict(),
+        "command": " ".join(sys.argv),
+        "git_sha": git_sha(Path(__file__).resolve().parent),
+        "packages": package_versions(),
+        **(extra or {}),
+    }
+
+
+def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any]:
+    """config.json of the speculators layout (vLLM's `update_dspark` reads the top-level keys;
+    note its `sample_from_anchor` default is False, so it is always written)."""
+    hf = cfg.to_hf_dict()
+    layer = {k: hf[k] for k in hf if k not in _DSPARK_TOP_LEVEL and k != "architectures"}
+    return {
+        "architectures": ["Qwen3DSparkModel"],
+        "speculators_model_type": "dspark",
+        "speculators_version": "0.3.0",
+        "speculators_config": {
+            "algorithm": "dspark",
+            "proposal_methods": [
+                {"proposal_type": "dspark", "speculative_tokens": cfg.num_speculative_tokens}
+            ],
+            "default_proposal_method": "dspark",
+            "verifier": {
+                "name_or_path": verifier or cfg.target_name_or_path or "",
+                "architectures": [],
+            },
+        },
+        "transformer_layer_config": layer,
+        "aux_hidden_state_layer_ids": [i + 1 for i in cfg.target_layer_ids],
+        **{k: hf[k] for k in _DSPARK_TOP_LEVEL if k in hf},
+    }
+
+
+_DSPARK_TOP_LEVEL = (
+    "draft_vocab_size",
+    "target_hidden_size",
+    "mask_token_id",
+    "markov_rank",
+    "markov_head_type",
+    "block_size",
+    "enable_confidence_head",
+    "confidence_head_with_markov",
+    "sample_from_anchor",
+    "target_layer_ids",
+    "target_num_hidden_layers",
+    "dspark_bonus_anchor",
+)
+
+
+def save_checkpoint(
+    model: DSparkDraftModel,
+    out_dir: str | os.PathLike,
+    *,
+    fmt: str = "canonical",
+    dtype: torch.dtype = torch.bfloat16,
+    include_embed: bool = True,
+    provenance: dict[str, Any] | None = None,
+    verifier: str | None = None,
+    overwrite: bool = True,
+) -> Path:
+    """Write `model` as a vLLM-loadable folder (`fmt` = "canonical" | "speculators").
+
+    Validated before the rename into `out_dir`; raises `ValueError` listing every problem.
+    """
+    from common.contract import check_checkpoint  # local: contract imports this module
+
+    cfg = model.config
+    if fmt == "canonical":
+        config = cfg.to_hf_dict()
+    elif fmt == "speculators":
+        config = speculators_config(cfg, verifier)
+    else:
+        raise ValueError(f"fmt={fmt!r}: choose 'canonical' or 'speculators'")
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True or choose another directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        save_file(export_state_dict(model, dtype, include_embed), str(tmp / WEIGHTS_NAME))
+        prov = make_provenance(cfg, provenance)
+        (tmp / PROVENANCE_NAME).write_text(json.dumps(prov, indent=2, default=str) + "\n")
+        problems = check_checkpoint(tmp)
+        if problems:
+            raise ValueError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
+
+
+def read_config(ckpt_dir: str | os.PathLike) -> DSparkConfig:
+    """DSparkConfig from either layout's config.json."""
+    d = json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text())
+    if "speculators_config" in d:
+        flat = dict(d.get("transformer_layer_config") or {})
+        flat.update({k: d[k] for k in _DSPARK_TOP_LEVEL if k in d})
+        if "target_layer_ids" not in d:
+            flat["target_layer_ids"] = [i - 1 for i in d["aux_hidden_state_layer_ids"]]
+        flat.setdefault("sample_from_anchor", False)  # vLLM's default for this layout
+        d = flat
+    return DSparkConfig.from_hf_dict(d)
+
+
+def load_checkpoint(
+    ckpt_dir: str | os.PathLike,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    target_embed: torch.Tensor | None = None,
+) -> DSparkDraftModel:
+    """Load either layout into a DSparkDraftModel. A checkpoint written without embed_tokens
+    needs `target_embed` ([V, H], the target's input embedding)."""
+    cfg = read_config(ckpt_dir)
+    tensors = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
+    if "embed_tokens.weight" not in tensors:
+        if target_embed is None:
+            raise ValueError(
+                f"{ckpt_dir} has no embed_tokens.weight: pass target_embed (the target's "
+                "input embedding) to load it"
+            )
+        tensors["embed_tokens.weight"] = target_embed
+    model = DSparkDraftModel(cfg)
+    if not cfg.reduced_vocab:
+        tensors.setdefault("d2t", model.d2t)
+        tensors.setdefault("t2d", model.t2d)
+    elif "t2d" not in tensors:
+        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        t2d[torch.arange(cfg.draft_vocab) + tensors["d2t"]] = True
+        tensors["t2d"] = t2d
+    model.load_state_dict(tensors, strict=True)
+    model.to(device)
+    for name, p in model.named_parameters():
+        if not name.startswith(FP32_KEYS_PREFIX):
+            p.data = p.data.to(dtype)
+    return model

@@ -1,0 +1,121 @@
+"""The vLLM checkpoint contract as code: `check_checkpoint(dir) -> list of problems`.
+
+vLLM's DSpark loader never complains: a missing d2t stays zero, missing Markov/confidence weights
+keep their random init, a wrong layout key collapses acceptance to ~1. So every way we know to get
+a checkpoint silently wrong is a line here (docs/vllm-contract.md); an empty list means the folder
+is what vLLM expects. Expected shapes come from instantiating the model on the meta device, so
+this module and `DSparkDraftModel` cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from common.checkpoint import CONFIG_NAME, FP32_KEYS_PREFIX, WEIGHTS_NAME, read_config
+from common.config import ConfigError
+from common.model import DSparkDraftModel
+from common.vocab import check_vocab_map
+
+OPTIONAL_KEYS = {"embed_tokens.weight", "t2d"}
+
+
+def _config_problems(raw: dict) -> list[str]:
+    problems = []
+    if "speculators_config" in raw:
+        spec = raw["speculators_config"]
+        if spec.get("algorithm") != "dspark" or raw.get("speculators_model_type") != "dspark":
+            problems.append("speculators config: algorithm/speculators_model_type must be 'dspark'")
+        methods = spec.get("proposal_methods") or [{}]
+        if "speculative_tokens" not in methods[0]:
+            problems.append("speculators config: proposal_methods[0].speculative_tokens missing")
+        if "name_or_path" not in (spec.get("verifier") or {}):
+            problems.append("speculators config: verifier.name_or_path missing")
+        if "aux_hidden_state_layer_ids" not in raw:
+            problems.append("speculators config: aux_hidden_state_layer_ids missing")
+        if "sample_from_anchor" not in raw:
+            problems.append(
+                "speculators config: sample_from_anchor missing (vLLM then assumes the 1+N layout)"
+            )
+        if not isinstance(raw.get("transformer_layer_config"), dict):
+            problems.append("speculators config: transformer_layer_config must be a dict")
+        return problems
+    if raw.get("architectures") != ["Qwen3DSparkModel"]:
+        problems.append(
+            f"architectures={raw.get('architectures')}: must be ['Qwen3DSparkModel'] (any other "
+            "name makes vLLM treat the draft as DeepSeek-V4's embedded head)"
+        )
+    for key in ("sample_from_anchor", "dspark_bonus_anchor"):
+        if key not in raw:
+            problems.append(f"config.json lacks {key}: write both layout keys")
+    if raw.get("is_causal"):
+        problems.append("config.json sets is_causal: the draft's block attention is non-causal")
+    for key in ("target_layer_ids", "target_hidden_size", "block_size", "mask_token_id"):
+        if key not in raw:
+            problems.append(f"config.json lacks {key}")
+    return problems
+
+
+def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = False) -> list[str]:
+    """Every contract violation of the folder, one human-readable line each."""
+    d = Path(ckpt_dir)
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        if not (d / name).is_file():
+            return [f"{d / name} is missing"]
+    try:
+        raw = json.loads((d / CONFIG_NAME).read_text())
+    except json.JSONDecodeError as e:
+        return [f"config.json is not valid JSON: {e}"]
+    problems = _config_problems(raw)
+    try:
+        cfg = read_config(d)
+    except (ConfigError, KeyError, TypeError) as e:
+        return [*problems, f"config.json does not describe a valid DSpark draft: {e}"]
+    if require_vllm_servable and cfg.markov_head_type != "vanilla":
+        problems.append(
+            f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only 'vanilla' "
+            "(serve gated/rnn with the embedded engine or a vLLM model plugin)"
+        )
+    with torch.device("meta"):
+        expected = DSparkDraftModel(cfg).state_dict()
+    if not cfg.reduced_vocab:
+        expected.pop("d2t"), expected.pop("t2d")
+    with safe_open(str(d / WEIGHTS_NAME), framework="pt") as f:
+        keys = set(f.keys())
+        prefixed = sorted(k for k in keys if k.startswith("model."))
+        if prefixed:
+            problems.append(
+                f"{len(prefixed)} keys carry a 'model.' prefix (e.g. {prefixed[0]}): vLLM adds it "
+                "itself, so these would load nowhere"
+            )
+        for k in sorted(set(expected) - keys - OPTIONAL_KEYS):
+            problems.append(f"missing tensor {k} {tuple(expected[k].shape)}")
+        for k in sorted(keys - set(expected) - {p for p in prefixed}):
+            problems.append(f"unexpected tensor {k} (vLLM would fail or ignore it)")
+        float_dtypes = set()
+        for k in sorted(keys & set(expected)):
+            t = f.get_slice(k)
+            shape, dtype = tuple(t.get_shape()), t.get_dtype()
+            if shape != tuple(expected[k].shape):
+                problems.append(f"{k}: shape {shape}, expected {tuple(expected[k].shape)}")
+            if k == "d2t":
+                if dtype != "I64":
+                    problems.append(f"d2t: dtype {dtype}, must be int64")
+                else:
+                    problems += check_vocab_map(f.get_tensor(k), cfg.vocab_size)
+            elif k == "t2d":
+                continue
+            elif k.startswith(FP32_KEYS_PREFIX):
+                if dtype != "F32":
+                    problems.append(f"{k}: dtype {dtype}, the confidence head must be float32")
+            else:
+                float_dtypes.add(dtype)
+        if len(float_dtypes) > 1:
+            problems.append(f"backbone tensors mix dtypes {sorted(float_dtypes)}")
+    if cfg.reduced_vocab and "lm_head.weight" not in keys:
+        problems.append("draft_vocab_size < vocab_size but lm_head.weight is missing")
+    return problems

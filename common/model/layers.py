@@ -1,0 +1,108 @@
+"""Qwen3-style draft layers with KV injection (DFlash backbone).
+
+Every draft layer attends from block queries to `[context K/V ; block K/V]`:
+- context K/V come from the fused target context `c = hidden_norm(fc(ctx))` through this layer's
+  own `k_proj`/`v_proj` (no input layernorm: vLLM projects the normed context directly), then
+  `k_norm` and RoPE at the context positions;
+- block Q/K/V come from the layer's normed input, `q_norm`/`k_norm`, RoPE at the block positions.
+Which keys a query may see is decided by a boolean mask built by the caller (`common.model.masks`).
+Parameter names follow HF Qwen3 so checkpoints need no key mapping.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.config import DSparkConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 as HF/vLLM do, return in the input dtype.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * xf).to(x.dtype)
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Neox-style rotary embedding. x: [..., S, heads, hd], pos: [..., S] (int)."""
+    hd = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float64) / hd))
+    ang = (pos.to(torch.float64).unsqueeze(-1) * inv).unsqueeze(-2)  # [..., S, 1, hd/2]
+    cos, sin = ang.cos().to(torch.float32), ang.sin().to(torch.float32)
+    xf = x.float()
+    x1, x2 = xf[..., : hd // 2], xf[..., hd // 2 :]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return out.to(x.dtype)
+
+
+class DraftAttention(nn.Module):
+    def __init__(self, cfg: DSparkConfig):
+        super().__init__()
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.theta = cfg.rope_theta
+        h = cfg.hidden_size
+        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
+        self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+
+    def kv(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (normed, rotated) and values. x: [N, S, H] -> ([N, S, nkv, hd], [N, S, nkv, hd])."""
+        n, s, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(n, s, self.nkv, self.hd))
+        v = self.v_proj(x).view(n, s, self.nkv, self.hd)
+        return rope(k, pos, self.theta), v
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [N, Q, H] normed block input
+        pos: torch.Tensor,  # [N, Q]
+        ctx_kv: tuple[torch.Tensor, torch.Tensor],  # 2 x [N, C, nkv, hd]
+        mask: torch.Tensor,  # [N, Q, C+Q] bool, True = may attend
+    ) -> torch.Tensor:
+        n, q_len, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(n, q_len, self.nh, self.hd))
+        q = rope(q, pos, self.theta)
+        k_blk, v_blk = self.kv(x, pos)
+        k = torch.cat([ctx_kv[0], k_blk], dim=1).transpose(1, 2)  # [N, nkv, C+Q, hd]
+        v = torch.cat([ctx_kv[1], v_blk], dim=1).transpose(1, 2)
+        rep = self.nh // self.nkv
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask.unsqueeze(1))
+        return self.o_proj(out.transpose(1, 2).reshape(n, q_len, self.nh * self.hd))
+
+
+class DraftMLP(nn.Module):
+    def __init__(self, cfg: DSparkConfig):
+        super().__init__()
+        h, i = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, cfg: DSparkConfig):
+        super().__init__()
+        self.self_attn = DraftAttention(cfg)
+        self.mlp = DraftMLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, pos, ctx_kv, mask):
+        x = x + self.self_attn(self.input_layernorm(x), pos, ctx_kv, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
