@@ -25,10 +25,12 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 as HF/vLLM do, return in the input dtype.
-        xf = x.float()
+        # Normalise in (at least) fp32 as HF/vLLM do, return in the input dtype. fp64 stays fp64
+        # so float64 reference tests compare the real computation, not an fp32 round trip.
+        ct = torch.promote_types(x.dtype, torch.float32)
+        xf = x.to(ct)
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * xf).to(x.dtype)
+        return (self.weight.to(ct) * xf).to(x.dtype)
 
 
 def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
@@ -36,8 +38,9 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     hd = x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float64) / hd))
     ang = (pos.to(torch.float64).unsqueeze(-1) * inv).unsqueeze(-2)  # [..., S, 1, hd/2]
-    cos, sin = ang.cos().to(torch.float32), ang.sin().to(torch.float32)
-    xf = x.float()
+    ct = torch.promote_types(x.dtype, torch.float32)  # fp32 for fp32/bf16/fp16, fp64 for fp64
+    cos, sin = ang.cos().to(ct), ang.sin().to(ct)
+    xf = x.to(ct)
     x1, x2 = xf[..., : hd // 2], xf[..., hd // 2 :]
     out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
     return out.to(x.dtype)
