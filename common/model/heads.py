@@ -13,6 +13,7 @@ loop call `markov_step` without knowing the variant. Stock vLLM serves only vani
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from common.config import DSparkConfig
@@ -75,6 +76,9 @@ class ConfidenceHead(nn.Module):
         self.proj = nn.Linear(cfg.confidence_input_size, 1, bias=True, dtype=torch.float32)
 
     def logits(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        """[..., H], [..., r] -> [...] pre-sigmoid, fp32."""
+        """[..., H], [..., r] -> [...] pre-sigmoid, fp32 (fp64 for a float64 model)."""
         x = torch.cat([h, e.to(h.dtype)], dim=-1) if self.with_markov else h
-        return self.proj(x.float()).squeeze(-1)
+        # Compute in (at least) fp32 whatever dtype a blanket `model.to(dtype)` left on proj.
+        ct = torch.promote_types(self.proj.weight.dtype, torch.float32)
+        w, b = self.proj.weight.to(ct), self.proj.bias.to(ct)
+        return F.linear(x.to(ct), w, b).squeeze(-1)
