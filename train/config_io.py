@@ -1,0 +1,49 @@
+"""Compose `configs/distill.yaml` with Hydra and validate it against `train.schema`.
+
+Any problem (unknown key, wrong type, bad choice, missing experiment) raises `BadConfig` whose
+message names the key; `train.distill` turns it into exit code 2. We use Hydra's compose API rather
+than `@hydra.main` so that errors are ours to format and nothing is written before validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from train.schema import CHOICES, DistillCfg
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+class BadConfig(ValueError):
+    pass
+
+
+def compose_config(overrides: list[str], config_name: str = "distill") -> DictConfig:
+    """-> a resolved, schema-checked DictConfig (attribute access, typed)."""
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            raw = compose(config_name, overrides=list(overrides))
+        cfg = OmegaConf.merge(OmegaConf.structured(DistillCfg), raw)
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise BadConfig(_one_line(e)) from e
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            raise BadConfig(f"{key}={value!r}: choose one of {list(allowed)}")
+    for key in ("trainer.max_steps", "trainer.micro_batch_size", "trainer.grad_accum"):
+        if OmegaConf.select(cfg, key) < 1:
+            raise BadConfig(f"{key} must be >= 1")
+    if cfg.data.seq_len < cfg.draft.block_size + 2:
+        raise BadConfig(f"data.seq_len={cfg.data.seq_len} is shorter than a block + anchor")
+    return cfg
+
+
+def _one_line(e: Exception) -> str:
+    msg = str(e).strip().splitlines()
+    return " ".join(m.strip() for m in msg if m.strip() and not m.startswith("full_key"))[:500]

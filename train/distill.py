@@ -1,0 +1,156 @@
+"""`python -m train.distill +experiment=NAME [key=value ...]`: distill a DSpark draft.
+
+Steps: compose + validate the config (exit 2 on a bad key) -> check the output dir -> load the
+frozen target -> build data (and the reduced vocab map) -> draft from the target -> train with
+accelerate (resumable checkpoints) -> export OUTPUT/final in vLLM's format -> print metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from omegaconf import OmegaConf
+
+from common.model import DSparkDraftModel
+from common.target import target_head_weights
+from train.config_io import BadConfig, compose_config
+from train.export import export_final
+from train.objective import init_draft_weights
+from train.setup import SetupError, build_split, draft_config, load_target, vocab_map_for
+from train.state import latest_checkpoint
+from train.trainer import Trainer
+
+
+def check_output_dir(cfg) -> Path:
+    out = Path(cfg.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise SetupError(
+            f"output_dir {out} is not writable ({e}): choose another output_dir"
+        ) from e
+    if latest_checkpoint(out) is not None and not cfg.resume and not cfg.overwrite:
+        raise SetupError(
+            f"{out} already holds checkpoints of a run: pass resume=true to continue it, or "
+            "overwrite=true to start afresh (or choose another output_dir / experiment_name)"
+        )
+    return out
+
+
+def make_accelerator(tcfg) -> Accelerator:
+    kwargs = {}
+    if tcfg.distributed == "fsdp":
+        from accelerate import FullyShardedDataParallelPlugin
+
+        kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
+            auto_wrap_policy="transformer_based_wrap",
+            transformer_cls_names_to_wrap=["DraftLayer"],
+            use_orig_params=True,
+        )
+    cpu = tcfg.device == "cpu" or (tcfg.device == "auto" and not torch.cuda.is_available())
+    if tcfg.device == "cuda" and not torch.cuda.is_available():
+        raise SetupError("trainer.device=cuda but no CUDA GPU is visible: use trainer=cpu")
+    return Accelerator(cpu=cpu, mixed_precision=tcfg.mixed_precision, **kwargs)
+
+
+def run(cfg) -> dict:
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.manual_seed(cfg.seed)
+    out = check_output_dir(cfg)
+    acc = make_accelerator(cfg.trainer)
+    target, tok = load_target(cfg.target, acc.device)
+    dcfg = draft_config(cfg.draft, target, tok, cfg.target.path)
+    train_ds = build_split(cfg.data, cfg.data.train, tok, cfg.seed, cfg.data.max_rows)
+    eval_ds = (
+        build_split(cfg.data, cfg.data.heldout, tok, cfg.seed, cfg.data.heldout_max_rows)
+        if cfg.data.heldout
+        else None
+    )
+    vmap = vocab_map_for(dcfg, train_ds, out / "vocab_map.pt")
+    draft = DSparkDraftModel(dcfg)
+    init_draft_weights(draft)
+    embed, head = target_head_weights(target)
+    draft.init_from_target(
+        embed.float(), head.float(), *((vmap.d2t, vmap.t2d) if vmap is not None else ())
+    )
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    fingerprint = {
+        "draft": dcfg.to_hf_dict(),
+        "seq_len": cfg.data.seq_len,
+        "train_rows": len(train_ds),
+        "seed": cfg.seed,
+        "micro_batch_size": cfg.trainer.micro_batch_size,
+        "grad_accum": cfg.trainer.grad_accum,
+        "world_size": acc.num_processes,
+        "max_steps": cfg.trainer.max_steps,
+        "vocab_counts_hash": vmap.counts_hash if vmap else None,
+    }
+    trainer = Trainer(cfg, acc, target, draft, train_ds, eval_ds, out, fingerprint, resolved)
+    result = trainer.fit()
+    summary = {
+        "step": result.step,
+        "train": result.train,
+        "eval": result.eval,
+        "eval_untrained": result.eval_initial,
+    }
+    if acc.is_main_process:
+        provenance = {
+            "resolved_config": resolved,
+            "vocab_counts_hash": fingerprint["vocab_counts_hash"],
+            "final_metrics": result.eval or result.train,
+        }
+        final = export_final(
+            cfg, acc.unwrap_model(trainer.objective).draft, out, provenance, result
+        )
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        print_summary(summary, final)
+    acc.wait_for_everyone()
+    return summary
+
+
+def print_summary(summary: dict, final: Path) -> None:
+    ev, ev0 = summary["eval"] or summary["train"], summary["eval_untrained"]
+    print(f"\n[distill] final checkpoint: {final}")
+    print(
+        f"[distill] analytic tau (held-out): {ev['analytic_tau']:.3f}"
+        + (f"  (untrained draft: {ev0['analytic_tau']:.3f})" if ev0 else "")
+    )
+    print(
+        "[distill] per-position acceptance: "
+        + " ".join(f"{a:.3f}" for a in ev["acceptance_per_pos"])
+    )
+    if ev0:
+        print(
+            "[distill]   untrained draft:    "
+            + " ".join(f"{a:.3f}" for a in ev0["acceptance_per_pos"])
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = compose_config(argv)
+    except BadConfig as e:
+        print(f"[distill] bad config: {e}", file=sys.stderr)
+        return 2
+    if cfg.print_config:
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+    try:
+        run(cfg)
+    except SetupError as e:
+        print(f"[distill] cannot start: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

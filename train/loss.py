@@ -1,0 +1,178 @@
+"""The DSpark distillation loss (dspark.md), chunked over the vocabulary-sized part.
+
+    loss = 0.1 * CE(data token) + 0.9 * L1(p_draft, p_teacher) + 1.0 * BCE(c_k, 1 - L1/2)
+
+Each term is a masked, position-decayed (num, den) sum with w_k = exp(-k/4). Denominators depend
+only on data and anchors, so `block_targets` computes them *before* the forward; the trainer
+reduces them over every micro-batch of an accumulation window and every data-parallel rank, and
+each micro-batch's loss is `num_local / den_global` (scaled for DDP's gradient averaging). That is
+exactly the global ratio, divided last.
+
+Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, under activation
+checkpointing, so no `[tokens, vocab]` fp32 tensor is ever built for all anchors at once.
+Teacher: softmax over the FULL target vocab even with a reduced draft vocab (PINNED); teacher mass
+outside the draft vocab counts as disagreement in L1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from common.model import DSparkDraftModel
+
+
+@dataclass
+class BlockTargets:
+    """Per (n, a, j): label position, label id, masks. Shapes [N, A, Nd]."""
+
+    label_pos: torch.Tensor
+    labels: torch.Tensor
+    mask: torch.Tensor  # in range & loss-masked, cumprod over j (float)
+    ce_mask: torch.Tensor  # mask & label in draft vocab (float)
+    decay: torch.Tensor  # [Nd] exp(-k / decay)
+
+    def dens(self) -> dict[str, torch.Tensor]:
+        w = self.mask * self.decay
+        return {"ce": (self.ce_mask * self.decay).sum(), "l1": w.sum(), "bce": w.sum()}
+
+
+def block_targets(
+    input_ids, loss_mask, anchors, anchor_valid, num_draft, t2d, decay=4.0, doc_ids=None
+) -> BlockTargets:
+    n, t = input_ids.shape
+    j = torch.arange(num_draft, device=input_ids.device)
+    label_pos = anchors.unsqueeze(-1) + 1 + j
+    ok = (label_pos < t) & anchor_valid.unsqueeze(-1)
+    label_pos = label_pos.clamp(max=t - 1)
+    flat = label_pos.view(n, -1)
+    ok &= loss_mask.gather(1, flat).view_as(label_pos).bool()
+    if doc_ids is not None:
+        ok &= doc_ids.gather(1, flat).view_as(label_pos) == doc_ids.gather(1, anchors).unsqueeze(-1)
+    mask = ok.long().cumprod(-1).float()
+    labels = input_ids.gather(1, flat).view_as(label_pos)
+    ce_mask = mask * t2d[labels].float()
+    w = torch.exp(-j.float() / decay)
+    return BlockTargets(label_pos, labels, mask, ce_mask, w)
+
+
+def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel):
+    """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
+    -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab)."""
+    logp_d = torch.log_softmax((hu @ w_fused.T.to(hu.dtype)).float(), dim=-1)  # [c, Vd]
+    with torch.no_grad():
+        p_t = torch.softmax((teacher_h @ w_teacher.T.to(teacher_h.dtype)).float(), dim=-1)
+        p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
+        outside = 1.0 - p_t_sel.sum(-1)  # teacher mass the draft cannot express
+    l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
+    ce = -logp_d.gather(1, labels_d.clamp(min=0).unsqueeze(1)).squeeze(1)
+    return ce, l1
+
+
+def distill_loss(
+    model: DSparkDraftModel,
+    fo,  # TrainForward
+    tg: BlockTargets,
+    teacher_final: torch.Tensor,  # [N, T, Ht] target post-norm hidden (no grad)
+    teacher_lm_head: torch.Tensor,  # [V, Ht]
+    dens: dict[str, torch.Tensor],  # global denominators (all ranks, whole accumulation window)
+    weights=(0.1, 0.9, 1.0),
+    chunk_tokens: int = 1024,
+    confidence_detach: bool = True,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work."""
+    cfg = model.config
+    n, a, nd = tg.labels.shape
+    keep = tg.mask.view(-1) > 0
+    h = fo.hidden.reshape(-1, fo.hidden.shape[-1])[keep]
+    u = fo.markov_input.reshape(-1, fo.markov_input.shape[-1])[keep]
+    e = fo.markov_embed.reshape(-1, fo.markov_embed.shape[-1])[keep]
+    pos = tg.label_pos.view(n, -1)
+    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
+    th = th.reshape(-1, teacher_final.shape[-1])[keep]
+    labels = tg.labels.reshape(-1)[keep]
+    t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
+    labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
+    sel = model.draft_ids_in_target if cfg.reduced_vocab else None
+    w_fused = model.fused_head_weight()
+    hu = torch.cat([h, u.to(h.dtype)], dim=-1)
+
+    ces, l1s = [], []
+    for s in range(0, hu.shape[0], chunk_tokens):
+        args = (hu[s : s + chunk_tokens], th[s : s + chunk_tokens], labels_d[s : s + chunk_tokens])
+        ce, l1 = checkpoint(_chunk_terms, *args, w_fused, teacher_lm_head, sel, use_reentrant=False)
+        ces.append(ce)
+        l1s.append(l1)
+    ce = torch.cat(ces) if ces else hu.new_zeros(0)
+    l1 = torch.cat(l1s) if l1s else hu.new_zeros(0)
+
+    wmask = (tg.mask * tg.decay).view(-1)[keep]
+    wce = (tg.ce_mask * tg.decay).view(-1)[keep]
+    accept = (1.0 - l1.detach() / 2).clamp(0, 1)  # 1 - TV
+    nums = {"ce": (ce * wce).sum(), "l1": (l1 * wmask).sum()}
+    conf = None
+    if model.confidence_head is not None:
+        ch, ce_in = (h.detach(), e.detach()) if confidence_detach else (h, e)
+        c_logit = model.confidence_head.logits(ch, ce_in)
+        bce = F.binary_cross_entropy_with_logits(c_logit, accept, reduction="none")
+        nums["bce"] = (bce * wmask).sum()
+        conf = torch.sigmoid(c_logit.detach())
+    loss = sum(
+        wt * nums[k] / dens[k].clamp(min=1e-9)
+        for wt, k in zip(weights, ("ce", "l1", "bce"), strict=True)
+        if k in nums
+    )
+    metrics = block_metric_sums(tg, keep, accept, conf, nums)
+    return loss, metrics
+
+
+@torch.no_grad()
+def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, torch.Tensor]:
+    """(sum, count) pairs, reduced across ranks by the caller and divided last.
+
+    acc_num/acc_den [Nd]: per-position conditional acceptance 1 - TV.
+    conf_err: |c_k - (1 - TV_k)|; cum_bias: prod_{i<=k} c_i - prod_{i<=k}(1 - TV_i).
+    """
+    n, a, nd = tg.labels.shape
+    full = torch.zeros(n * a * nd, device=accept.device)
+    full[keep] = accept
+    acc = full.view(-1, nd)
+    m = tg.mask.view(-1, nd)
+    out = {
+        "acc_num": (acc * m).sum(0),
+        "acc_den": m.sum(0),
+        "ce_num": nums["ce"].detach(),
+        "l1_num": nums["l1"].detach(),
+        "ce_den": (tg.ce_mask * tg.decay).sum(),
+        "l1_den": (tg.mask * tg.decay).sum(),
+    }
+    if conf is not None:
+        cfull = torch.zeros_like(full)
+        cfull[keep] = conf
+        c = cfull.view(-1, nd)
+        out["bce_num"] = nums["bce"].detach()
+        out["conf_err_num"] = ((c - acc).abs() * m).sum(0)
+        out["cum_bias_num"] = ((c.cumprod(-1) - acc.cumprod(-1)) * m).sum(0)
+    return out
+
+
+def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
+    """Pooled figures from reduced sums: per-position acceptance, analytic tau, loss terms."""
+    den = sums["acc_den"].clamp(min=1)
+    alpha = (sums["acc_num"] / den).tolist()
+    tau = 1.0 + sum(math.prod(alpha[: k + 1]) for k in range(len(alpha)))
+    out = {
+        "acceptance_per_pos": alpha,
+        "analytic_tau": tau,
+        "ce": float(sums["ce_num"] / sums["ce_den"].clamp(min=1e-9)),
+        "l1": float(sums["l1_num"] / sums["l1_den"].clamp(min=1e-9)),
+    }
+    if "bce_num" in sums:
+        out["bce"] = float(sums["bce_num"] / sums["l1_den"].clamp(min=1e-9))
+        out["conf_abs_err"] = float(sums["conf_err_num"].sum() / den.sum())
+        out["conf_cumprod_bias"] = float(sums["cum_bias_num"].sum() / den.sum())
+    return out

@@ -1,0 +1,160 @@
+"""Typed schema of `configs/distill.yaml`. Hydra composes the YAML; merging into this structured
+config rejects unknown keys and wrong types with the key's name (exit code 2 in `train.distill`).
+Field comments are the documentation of each option."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TargetCfg:
+    path: str = "artifacts/tiny-target"  # HF model folder or hub id (offline: a local folder)
+    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
+    build_tiny: bool = False  # build the embedded tiny target at `path` if it is missing
+    tiny_minutes: float = 3.0  # training budget of that build
+    trust_remote_code: bool = False
+
+
+@dataclass
+class DraftCfg:
+    num_hidden_layers: int = 5
+    hidden_size: int | None = None  # null: the target's (the draft shares its embedding)
+    intermediate_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    block_size: int = 7
+    markov_rank: int = 256  # 0 = DFlash
+    markov_head_type: str = "vanilla"  # vanilla | gated | rnn
+    enable_confidence_head: bool = True
+    confidence_head_with_markov: bool = True
+    draft_vocab_size: int | None = None  # null = full target vocab
+    sample_from_anchor: bool = True  # DSpark anchor-first (True) or DFlash 1+N (False)
+    dspark_draft_topk: int | None = None
+    target_layer_ids: list[int] | None = None  # null: 5 ids spread over 1..N-3
+    mask_token: str | None = "<|mask|>"  # token whose id feeds mask slots
+    mask_token_id: int | None = None  # explicit id (wins over mask_token)
+
+
+@dataclass
+class RegenerateCfg:
+    enabled: bool = False
+    backend: str = "auto"  # auto | hf | vllm
+    temperature: float = 0.7
+    top_p: float = 0.8
+    max_new_tokens: int = 1024
+    batch_size: int = 16
+
+
+@dataclass
+class DataCfg:
+    train: str = "${target.path}/data/train.jsonl"
+    heldout: str | None = "${target.path}/data/heldout.jsonl"
+    split: str | None = None
+    max_rows: int | None = None
+    heldout_max_rows: int | None = 256
+    seq_len: int = 4096
+    packing: str = "pack"  # pack | bucket
+    chat_template: str | None = None  # file overriding the tokenizer's template
+    on_bad_row: str = "error"  # error | skip
+    regenerate: RegenerateCfg = field(default_factory=RegenerateCfg)
+
+
+@dataclass
+class LossCfg:
+    ce_weight: float = 0.1
+    l1_weight: float = 0.9
+    bce_weight: float = 1.0
+    decay: float = 4.0  # w_k = exp(-k / decay)
+    chunk_tokens: int = 1024  # rows of [*, vocab] logits alive at once
+    confidence_detach: bool = True  # confidence head does not backprop into the backbone
+
+
+@dataclass
+class OptimCfg:
+    lr: float = 6e-4
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    warmup_ratio: float = 0.04
+    min_lr_ratio: float = 0.0
+    clip: float = 1.0
+
+
+@dataclass
+class TrainerCfg:
+    device: str = "auto"  # auto | cpu | cuda
+    mixed_precision: str = "no"  # no | bf16 (autocast, fp32 master weights)
+    distributed: str = "none"  # none | ddp | fsdp (launch with `accelerate launch`)
+    micro_batch_size: int = 1  # sequences per rank per micro-step
+    grad_accum: int = 1
+    max_steps: int = 100
+    num_anchors: int = 512
+    eval_every: int = 0  # 0 = only at the end
+    eval_batches: int = 8
+    save_every: int = 0  # 0 = only at the end
+    keep_last: int = 2
+    log_every: int = 1
+    num_workers: int = 0
+    progress: bool = True
+    threads: int | None = None  # torch CPU threads (null: leave as is)
+
+
+@dataclass
+class LoggerCfg:
+    backend: str = "none"  # none | wandb
+    project: str = "dspark"
+    entity: str | None = None
+    mode: str = "offline"  # online | offline | disabled
+    run_name: str | None = None
+
+
+@dataclass
+class ExportCfg:
+    dtype: str = "bfloat16"
+    include_embed: bool = True
+    speculators: bool = True  # also write OUTPUT/final-speculators
+
+
+@dataclass
+class HubCfg:
+    repo_id: str | None = None  # push OUTPUT/final here at the end
+    private: bool = False
+
+
+@dataclass
+class DistillCfg:
+    experiment_name: str = "default"
+    output_dir: str = "outputs/${experiment_name}"
+    seed: int = 0
+    resume: bool = False
+    overwrite: bool = False  # allow a fresh run to replace OUTPUT's checkpoints
+    print_config: bool = False
+    target: TargetCfg = field(default_factory=TargetCfg)
+    draft: DraftCfg = field(default_factory=DraftCfg)
+    data: DataCfg = field(default_factory=DataCfg)
+    loss: LossCfg = field(default_factory=LossCfg)
+    optim: OptimCfg = field(default_factory=OptimCfg)
+    trainer: TrainerCfg = field(default_factory=TrainerCfg)
+    logger: LoggerCfg = field(default_factory=LoggerCfg)
+    export: ExportCfg = field(default_factory=ExportCfg)
+    hub: HubCfg = field(default_factory=HubCfg)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CHOICES = {
+    "target.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "draft.markov_head_type": ("vanilla", "gated", "rnn"),
+    "data.packing": ("pack", "bucket"),
+    "data.on_bad_row": ("error", "skip"),
+    "data.regenerate.backend": ("auto", "hf", "vllm"),
+    "trainer.device": ("auto", "cpu", "cuda"),
+    "trainer.mixed_precision": ("no", "bf16"),
+    "trainer.distributed": ("none", "ddp", "fsdp"),
+    "logger.backend": ("none", "wandb"),
+    "logger.mode": ("online", "offline", "disabled"),
+    "export.dtype": ("bfloat16", "float16", "float32"),
+}

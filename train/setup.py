@@ -1,0 +1,135 @@
+"""Build what a distillation run needs from its config: the frozen target, the draft config, the
+datasets and the vocab map. Every check that can fail does so here, before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from common.config import DSparkConfig
+from common.vocab import VocabMap, build_vocab_map, counts_hash
+from train.data import build_dataset, count_loss_tokens, load_rows
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class SetupError(RuntimeError):
+    """A run that cannot start; the message says what to change."""
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+def ensure_tiny_target(tcfg) -> None:
+    """Build the embedded tiny target if the config asks for it and it is missing."""
+    if Path(tcfg.path).exists() or not tcfg.build_tiny:
+        return
+    from scripts.make_tiny_target import build_tiny_target
+
+    print(f"[distill] building the tiny target at {tcfg.path} (~{tcfg.tiny_minutes} min)")
+    build_tiny_target(tcfg.path, minutes=tcfg.tiny_minutes)
+
+
+def load_target(tcfg, device: torch.device):
+    """-> (frozen model in eval mode, tokenizer)."""
+    ensure_tiny_target(tcfg)
+    try:
+        tok = AutoTokenizer.from_pretrained(tcfg.path, trust_remote_code=tcfg.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            tcfg.path,
+            dtype=resolve_dtype(tcfg.dtype, device),
+            trust_remote_code=tcfg.trust_remote_code,
+        )
+    except OSError as e:
+        raise SetupError(
+            f"cannot load target {tcfg.path!r}: {e}. Give target.path a local HF model folder "
+            "(no hub access here) or set target.build_tiny=true for the embedded tiny target."
+        ) from e
+    model.requires_grad_(False).eval().to(device)
+    vocab = model.config.get_text_config().vocab_size
+    if len(tok) > vocab:
+        raise SetupError(
+            f"tokenizer has {len(tok)} tokens but the target's vocab_size is {vocab}: "
+            "the tokenizer does not belong to this target"
+        )
+    return model, tok
+
+
+def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfig:
+    mask_id = dcfg.mask_token_id
+    if mask_id is None:
+        if not dcfg.mask_token:
+            raise SetupError("set draft.mask_token_id (or draft.mask_token) for the mask slots")
+        mask_id = tokenizer.convert_tokens_to_ids(dcfg.mask_token)
+        if mask_id is None or mask_id == tokenizer.unk_token_id:
+            raise SetupError(
+                f"draft.mask_token={dcfg.mask_token!r} is not a single token of the target "
+                "tokenizer: set draft.mask_token_id to a reserved token id"
+            )
+    choices = {
+        k: dcfg[k]
+        for k in (
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "block_size",
+            "markov_rank",
+            "markov_head_type",
+            "enable_confidence_head",
+            "confidence_head_with_markov",
+            "draft_vocab_size",
+            "sample_from_anchor",
+            "dspark_draft_topk",
+            "target_layer_ids",
+        )
+    }
+    choices["target_layer_ids"] = (
+        list(choices["target_layer_ids"]) if choices["target_layer_ids"] is not None else None
+    )
+    hf = target_model.config.get_text_config().to_dict()
+    hf["_name_or_path"] = target_path
+    return DSparkConfig.from_target(hf, mask_token_id=int(mask_id), **choices)
+
+
+def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
+    rows = load_rows(path, split=dcfg.split, max_rows=max_rows)
+    if len(rows) == 0:
+        raise SetupError(f"dataset {path!r} has no rows")
+    return build_dataset(
+        rows,
+        tokenizer,
+        dcfg.seq_len,
+        packing=dcfg.packing,
+        seed=seed,
+        chat_template=dcfg.chat_template,
+        on_bad_row=dcfg.on_bad_row,
+    )
+
+
+def vocab_map_for(cfg: DSparkConfig, train_ds, cache_path: Path) -> VocabMap | None:
+    """Counts loss-masked tokens -> VocabMap; a cached map is reused only for the same counts
+    hash and size."""
+    if not cfg.reduced_vocab:
+        return None
+    counts = count_loss_tokens(train_ds, cfg.vocab_size)
+    h = counts_hash(counts)
+    meta = cache_path.with_suffix(".json")
+    if cache_path.exists() and meta.exists():
+        m = json.loads(meta.read_text())
+        if m.get("counts_hash") == h and m.get("draft_vocab_size") == cfg.draft_vocab_size:
+            saved = torch.load(cache_path)
+            return VocabMap(saved["d2t"], saved["t2d"], h, cfg.draft_vocab_size)
+    vm = build_vocab_map(counts, cfg.draft_vocab_size)
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(vm.to_dict(), cache_path)
+    meta.write_text(json.dumps({"counts_hash": h, "draft_vocab_size": cfg.draft_vocab_size}))
+    return vm
