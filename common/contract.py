@@ -16,8 +16,14 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from common.checkpoint import CONFIG_NAME, FP32_KEYS_PREFIX, WEIGHTS_NAME, read_config
-from common.config import ConfigError
+from common.checkpoint import (
+    CONFIG_NAME,
+    FP32_KEYS_PREFIX,
+    PROVENANCE_NAME,
+    WEIGHTS_NAME,
+    read_config,
+)
+from common.config import ConfigError, DSparkConfig
 from common.model import DSparkDraftModel
 from common.vocab import check_vocab_map
 
@@ -60,6 +66,45 @@ def _config_problems(raw: dict) -> list[str]:
     return problems
 
 
+def _layout_problems(raw: dict, cfg: DSparkConfig, d: Path) -> list[str]:
+    """Both layout keys flipped together stay consistent with each other, so the keys alone cannot
+    show it; the draft count written next to them and the trained config in provenance.json can."""
+    problems = []
+    n = cfg.num_speculative_tokens
+    layout = f"sample_from_anchor={cfg.sample_from_anchor}, block_size={cfg.block_size}"
+    if "speculators_config" in raw:
+        methods = raw["speculators_config"].get("proposal_methods") or [{}]
+        written, name = methods[0].get("speculative_tokens"), "speculative_tokens"
+        aux = raw.get("aux_hidden_state_layer_ids")
+        if aux is not None and list(aux) != [i + 1 for i in cfg.target_layer_ids]:
+            problems.append(
+                f"aux_hidden_state_layer_ids={aux} != target_layer_ids+1 "
+                f"{[i + 1 for i in cfg.target_layer_ids]}: the two ids lists disagree"
+            )
+    else:
+        written, name = raw.get("num_speculative_tokens"), "num_speculative_tokens"
+    if written is not None and written != n:
+        problems.append(
+            f"{name}={written} but the layout ({layout}) drafts {n} (B anchor-first, B-1 for 1+N):"
+            " are the layout keys swapped?"
+        )
+    prov = d / PROVENANCE_NAME
+    if prov.is_file():
+        try:
+            trained = json.loads(prov.read_text()).get("dspark_config") or {}
+        except (json.JSONDecodeError, AttributeError):
+            trained = {}
+        if "sample_from_anchor" in trained and bool(trained["sample_from_anchor"]) != bool(
+            cfg.sample_from_anchor
+        ):
+            problems.append(
+                f"config.json says sample_from_anchor={cfg.sample_from_anchor} but the draft was "
+                f"trained with sample_from_anchor={trained['sample_from_anchor']} "
+                "(provenance.json): the layout keys were changed after training"
+            )
+    return problems
+
+
 def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = False) -> list[str]:
     """Every contract violation of the folder, one human-readable line each."""
     d = Path(ckpt_dir)
@@ -75,6 +120,7 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
         cfg = read_config(d)
     except (ConfigError, KeyError, TypeError) as e:
         return [*problems, f"config.json does not describe a valid DSpark draft: {e}"]
+    problems += _layout_problems(raw, cfg, d)
     if require_vllm_servable and cfg.markov_head_type != "vanilla":
         problems.append(
             f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only 'vanilla' "
