@@ -1,0 +1,229 @@
+"""Push an exported DSpark checkpoint to the Hugging Face Hub.
+
+    python -m train.push CKPT_DIR --repo-id ORG/NAME [--private] [--token T] [--endpoint URL]
+        [--commit-message M] [--allow-no-card]
+
+Design choices:
+- Everything that can be checked locally is checked before the first request, and every problem is
+  reported at once (exit 2): the vLLM contract (`common.contract.check_checkpoint`, since vLLM's
+  loader accepts a broken draft silently), the model card, the repo id and offline mode. A refused
+  push sends nothing.
+- `HF_HUB_OFFLINE=1` (or `TRANSFORMERS_OFFLINE=1`) is a refusal with the fix, not a stack trace:
+  huggingface_hub would otherwise fail deep inside the upload.
+- Only `HfApi.create_repo(exist_ok=True)` and `HfApi.upload_folder`, which exist with the same
+  signatures in huggingface_hub 1.x and 2.x. `private` is sent only when asked for, so a new repo
+  otherwise gets the namespace's default visibility; an existing repo keeps its own.
+- Remote failures (auth, permissions, network, Hub errors) become `PushFailed` with one line saying
+  what to change (exit 1). The token is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from common.checkpoint import PROVENANCE_NAME
+from common.contract import check_checkpoint
+from train.model_card import CARD_NAME
+
+# Hidden files are never pushed: temp files of an interrupted write (`.README.md.tmp-*`), editor
+# droppings, `.ipynb_checkpoints`. (huggingface_hub matches with fnmatch: `*` spans `/`.)
+IGNORE_PATTERNS = [".*", "*/.*", "*__pycache__*"]
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+class PushRefused(ValueError):
+    """Local problems found before any request was sent; `problems` lists every one."""
+
+    def __init__(self, ckpt_dir: str | os.PathLike, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"refusing to push {ckpt_dir}:\n  - " + "\n  - ".join(problems))
+
+
+class PushFailed(RuntimeError):
+    """The Hub (or the network) rejected the push; the message says what to change."""
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def offline_problem() -> str | None:
+    """Why huggingface_hub would refuse to send requests, with the fix; None when online."""
+    from huggingface_hub import constants
+
+    set_vars = [v for v in _OFFLINE_VARS if _is_true(os.environ.get(v))]
+    if set_vars:
+        names = " and ".join(f"{v}={os.environ[v]}" for v in set_vars)
+        unset = " ".join(f"-u {v}" for v in set_vars)
+        return (
+            f"{names} is set, so huggingface_hub sends no requests: unset it for this command "
+            f"(e.g. `env {unset} python -m train.push ...`)"
+        )
+    if getattr(constants, "HF_HUB_OFFLINE", False):
+        # huggingface_hub reads the variable once, at import: unsetting it later changes nothing.
+        return (
+            "huggingface_hub was imported while HF_HUB_OFFLINE was set and stays offline: unset "
+            "HF_HUB_OFFLINE before starting Python"
+        )
+    return None
+
+
+def preflight(ckpt_dir: str | os.PathLike, repo_id: str, allow_no_card: bool = False) -> list[str]:
+    """Every local reason not to push, one line each (empty = go)."""
+    ckpt = Path(ckpt_dir)
+    problems = []
+    if not _REPO_ID.match(repo_id or ""):
+        problems.append(
+            f"--repo-id {repo_id!r}: give ORG/NAME (a user or organisation, a slash, a name of "
+            "letters, digits, '-', '_' or '.')"
+        )
+    if not ckpt.is_dir():
+        problems.append(f"{ckpt} is not a directory")
+    else:
+        problems += [f"contract: {p}" for p in check_checkpoint(ckpt)]
+        if not allow_no_card and not (ckpt / CARD_NAME).is_file():
+            problems.append(
+                f"{ckpt / CARD_NAME} (model card) is missing: write it with "
+                "train.model_card.write_model_card, or pass --allow-no-card"
+            )
+    offline = offline_problem()
+    if offline:
+        problems.append(offline)
+    return problems
+
+
+def push_checkpoint(
+    ckpt_dir: str | os.PathLike,
+    repo_id: str,
+    private: bool = False,
+    token: str | None = None,
+    endpoint: str | None = None,
+    commit_message: str | None = None,
+    allow_no_card: bool = False,
+) -> str:
+    """Create `repo_id` (if needed) and upload the checkpoint folder; returns the repo URL.
+
+    Raises `PushRefused` (nothing sent) or `PushFailed` (the Hub or network said no).
+    `token`/`endpoint` default to huggingface_hub's own (HF_TOKEN, `hf auth login`, HF_ENDPOINT).
+    """
+    problems = preflight(ckpt_dir, repo_id, allow_no_card)
+    if problems:
+        raise PushRefused(ckpt_dir, problems)
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        url = api.create_repo(
+            repo_id, repo_type="model", private=True if private else None, exist_ok=True
+        )
+        api.upload_folder(
+            repo_id=repo_id,
+            repo_type="model",
+            folder_path=str(ckpt_dir),
+            commit_message=commit_message or _default_commit_message(Path(ckpt_dir)),
+            ignore_patterns=list(IGNORE_PATTERNS),
+        )
+    except Exception as e:
+        raise PushFailed(_explain(e, repo_id, api.endpoint)) from e
+    return str(url)
+
+
+def _default_commit_message(ckpt: Path) -> str:
+    try:
+        sha = json.loads((ckpt / PROVENANCE_NAME).read_text()).get("git_sha")
+    except (OSError, json.JSONDecodeError):
+        sha = None
+    return "Upload DSpark draft" + (f" (dspark {sha[:12]})" if sha else "")
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection-level exceptions of the HTTP client huggingface_hub uses (httpx in 1.x, httpx2
+    in 2.x)."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module in ("httpx", "httpx2"):
+        try:
+            errors.append(__import__(module).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def _explain(e: Exception, repo_id: str, endpoint: str) -> str:
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    if isinstance(e, OfflineModeIsEnabled):
+        return f"huggingface_hub is in offline mode: {offline_problem() or e}"
+    if isinstance(e, HfHubHTTPError):
+        status = getattr(e.response, "status_code", None)
+        detail = str(e).splitlines()[0]
+        if status == 401:
+            return (
+                f"authentication failed at {endpoint} (401): the token is missing, invalid or "
+                "expired. Pass --token, set HF_TOKEN, or run `hf auth login`."
+            )
+        if status == 403:
+            namespace = repo_id.split("/")[0]
+            return (
+                f"permission denied at {endpoint} (403): the token cannot write to {repo_id}. "
+                f"Use a token with write access and check that you belong to '{namespace}'."
+            )
+        return f"the Hub at {endpoint} refused the push of {repo_id} ({status}): {detail}"
+    if isinstance(e, _transport_errors()):
+        return (
+            f"could not reach {endpoint} ({type(e).__name__}: {e}). Check the network, proxy, "
+            "--endpoint or HF_ENDPOINT."
+        )
+    if isinstance(e, ValueError) and "README.md" in str(e):
+        return f"the Hub rejected the model card front matter: {e}"
+    return f"push of {repo_id} to {endpoint} failed: {type(e).__name__}: {e}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m train.push",
+        description="Validate an exported DSpark checkpoint and upload it to the Hugging Face Hub.",
+    )
+    p.add_argument(
+        "ckpt_dir", help="checkpoint folder written by common.checkpoint.save_checkpoint"
+    )
+    p.add_argument("--repo-id", required=True, help="ORG/NAME of the model repo (created if new)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or `hf auth login`)")
+    p.add_argument("--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or the Hub)")
+    p.add_argument("--commit-message", default=None)
+    p.add_argument(
+        "--allow-no-card", action="store_true", help="push even without a README.md model card"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        url = push_checkpoint(
+            args.ckpt_dir,
+            args.repo_id,
+            private=args.private,
+            token=args.token,
+            endpoint=args.endpoint,
+            commit_message=args.commit_message,
+            allow_no_card=args.allow_no_card,
+        )
+    except PushRefused as e:
+        print(e, file=sys.stderr)
+        return 2
+    except PushFailed as e:
+        print(f"push failed: {e}", file=sys.stderr)
+        return 1
+    print(f"pushed {args.ckpt_dir} to {url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
