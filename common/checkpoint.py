@@ -162,17 +162,34 @@ def save_checkpoint(
         problems = check_checkpoint(tmp)
         if problems:
             raise ValueError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
+        tmp.chmod(0o755)  # mkdtemp made it 0700: a server running as another user can't read it
+        _replace_dir(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    """Rename `new` to `out`; an existing `out` is moved aside first and put back if the final
+    rename fails, so a failed write still leaves the old checkpoint at `out`."""
+    if not out.exists():
+        new.rename(out)
+        return
+    trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))  # unique per call
+    old = trash / out.name
+    try:
+        out.rename(old)
+        try:
+            new.rename(out)
+        except BaseException:
+            old.rename(out)
+            raise
+    except BaseException:
+        if not any(trash.iterdir()):
+            trash.rmdir()
+        raise
+    shutil.rmtree(trash)
 
 
 def read_config(ckpt_dir: str | os.PathLike) -> DSparkConfig:
