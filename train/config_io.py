@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -24,7 +25,11 @@ class BadConfig(ValueError):
 
 
 def compose_config(overrides: list[str], config_name: str = "distill") -> DictConfig:
-    """-> a resolved, schema-checked DictConfig (attribute access, typed)."""
+    """-> a resolved, schema-checked DictConfig (attribute access, typed).
+
+    The schema is the first entry of distill.yaml's defaults list, so every schema field can be
+    overridden with plain `key=value` even where no YAML file mentions it."""
+    ConfigStore.instance().store(name="distill_schema", node=DistillCfg)
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             raw = compose(config_name, overrides=list(overrides))

@@ -15,6 +15,7 @@ import torch
 from accelerate import Accelerator
 from omegaconf import OmegaConf
 
+from common.config import ConfigError
 from common.model import DSparkDraftModel
 from common.target import target_head_weights
 from train.config_io import BadConfig, compose_config
@@ -83,7 +84,7 @@ def run(cfg) -> dict:
     )
     resolved = OmegaConf.to_container(cfg, resolve=True)
     fingerprint = {
-        "draft": dcfg.to_hf_dict(),
+        **{f"draft.{k}": v for k, v in dcfg.to_hf_dict().items() if k != "target_name_or_path"},
         "seq_len": cfg.data.seq_len,
         "train_rows": len(train_ds),
         "seed": cfg.seed,
@@ -146,10 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(cfg)
-    except SetupError as e:
+    except (SetupError, ConfigError, FloatingPointError, *_data_errors()) as e:
         print(f"[distill] cannot start: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _data_errors() -> tuple[type[Exception], ...]:
+    from train.data import BadRowError, ChatTemplateError
+
+    return (BadRowError, ChatTemplateError)
 
 
 if __name__ == "__main__":

@@ -56,16 +56,21 @@ def block_targets(
     mask = ok.long().cumprod(-1).float()
     labels = input_ids.gather(1, flat).view_as(label_pos)
     ce_mask = mask * t2d[labels].float()
-    w = torch.exp(-j.float() / decay)
+    w = torch.exp(-j.double() / decay)  # fp64: the weights are exact constants, not data
     return BlockTargets(label_pos, labels, mask, ce_mask, w)
+
+
+def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
+    """Upcast bf16/fp16 for the softmax; keep fp32/fp64 (tests compare in float64)."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
 def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel):
     """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
     -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab)."""
-    logp_d = torch.log_softmax((hu @ w_fused.T.to(hu.dtype)).float(), dim=-1)  # [c, Vd]
+    logp_d = torch.log_softmax(_atleast_f32(hu @ w_fused.T.to(hu.dtype)), dim=-1)  # [c, Vd]
     with torch.no_grad():
-        p_t = torch.softmax((teacher_h @ w_teacher.T.to(teacher_h.dtype)).float(), dim=-1)
+        p_t = torch.softmax(_atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype)), dim=-1)
         p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
         outside = 1.0 - p_t_sel.sum(-1)  # teacher mass the draft cannot express
     l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
@@ -138,7 +143,7 @@ def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, t
     conf_err: |c_k - (1 - TV_k)|; cum_bias: prod_{i<=k} c_i - prod_{i<=k}(1 - TV_i).
     """
     n, a, nd = tg.labels.shape
-    full = torch.zeros(n * a * nd, device=accept.device)
+    full = torch.zeros(n * a * nd, device=accept.device, dtype=accept.dtype)
     full[keep] = accept
     acc = full.view(-1, nd)
     m = tg.mask.view(-1, nd)
@@ -151,7 +156,7 @@ def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, t
         "l1_den": (tg.mask * tg.decay).sum(),
     }
     if conf is not None:
-        cfull = torch.zeros_like(full)
+        cfull = torch.zeros_like(full, dtype=conf.dtype)
         cfull[keep] = conf
         c = cfull.view(-1, nd)
         out["bce_num"] = nums["bce"].detach()

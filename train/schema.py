@@ -101,6 +101,7 @@ class TrainerCfg:
     num_workers: int = 0
     progress: bool = True
     threads: int | None = None  # torch CPU threads (null: leave as is)
+    step_delay_s: float = 0.0  # debugging aid: pause after each step (the crash/resume test)
 
 
 @dataclass

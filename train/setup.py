@@ -101,7 +101,12 @@ def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfi
 
 
 def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
-    rows = load_rows(path, split=dcfg.split, max_rows=max_rows)
+    if Path(path).is_file() and Path(path).stat().st_size == 0:
+        raise SetupError(f"dataset {path!r} is empty")
+    try:
+        rows = load_rows(path, split=dcfg.split, max_rows=max_rows)
+    except (FileNotFoundError, StopIteration) as e:
+        raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
     if len(rows) == 0:
         raise SetupError(f"dataset {path!r} has no rows")
     return build_dataset(

@@ -14,6 +14,8 @@ import re
 import shutil
 from pathlib import Path
 
+from train.setup import SetupError
+
 STEP_RE = re.compile(r"^step-(\d+)$")
 STATE_NAME = "trainer_state.json"
 
@@ -60,7 +62,7 @@ def load_checkpoint_state(accelerator, ckpt: Path, fingerprint: dict) -> dict:
         detail = "; ".join(
             f"{k}: checkpoint {saved.get(k)!r} vs now {fingerprint.get(k)!r}" for k in diffs
         )
-        raise RuntimeError(
+        raise SetupError(
             f"cannot resume from {ckpt}: incompatible run ({detail}). Restore those settings, or "
             "start afresh with resume=false overwrite=true."
         )

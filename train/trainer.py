@@ -252,6 +252,8 @@ class Trainer:
                     self.log.log(self.step, "eval", ev)
             if tc.save_every and self.step % tc.save_every == 0 and self.step < tc.max_steps:
                 self.save()
+            if tc.step_delay_s:
+                time.sleep(tc.step_delay_s)
         bar.close()
         final_eval = self.evaluate()
         if final_eval:

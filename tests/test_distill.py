@@ -1,0 +1,187 @@
+"""`python -m train.distill`: config composition, bad input, end-to-end export, exact resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common.contract import check_checkpoint
+from train.config_io import CONFIG_DIR, BadConfig, compose_config
+from train.distill import main
+
+from tests.tiny_assets import build_tiny_random_target
+
+EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
+
+
+def fast(target: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "+experiment=tiny",
+        f"target.path={target}",
+        "target.build_tiny=false",
+        f"output_dir={out}",
+        "data.seq_len=64",
+        "trainer.micro_batch_size=2",
+        "trainer.num_anchors=8",
+        "trainer.max_steps=4",
+        "trainer.eval_batches=1",
+        "trainer.progress=false",
+        "draft.num_hidden_layers=1",
+        "draft.markov_rank=8",
+        "trainer.threads=1",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes(name):
+    cfg = compose_config([f"+experiment={name}", "data.train=rows.jsonl"])
+    assert cfg.experiment_name
+    assert cfg.draft.block_size >= 2
+
+
+def test_experiments_exist_and_dflash_is_the_ablation():
+    assert {"tiny", "qwen3_8b_dspark", "dflash", "tiny_dflash"} <= set(EXPERIMENTS)
+    d = compose_config(["+experiment=dflash", "data.train=x"])
+    s = compose_config(["+experiment=qwen3_8b_dspark", "data.train=x"])
+    assert d.draft.markov_rank == 0 and not d.draft.enable_confidence_head
+    assert s.draft.markov_rank == 256 and s.draft.enable_confidence_head
+    assert s.draft.target_layer_ids == [1, 9, 17, 25, 33]
+    assert compose_config(["+experiment=tiny", "trainer.max_steps=7"]).trainer.max_steps == 7
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("trainer.nope=1", "trainer.nope"),
+        ("trainer.max_steps=abc", "trainer.max_steps"),
+        ("draft.markov_head_type=lstm", "draft.markov_head_type"),
+        ("trainer.max_steps=0", "trainer.max_steps"),
+    ],
+)
+def test_bad_override_exits_2_naming_the_key(override, key, capsys):
+    with pytest.raises(BadConfig, match=key.replace(".", r"\.")):
+        compose_config(["+experiment=tiny", override])
+    assert main(["+experiment=tiny", override]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_unknown_experiment_exits_2(capsys):
+    assert main(["+experiment=does_not_exist"]) == 2
+    assert "does_not_exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["draft.target_layer_ids=[3]"], "target_layer_ids"),  # final layer of a 4-layer target
+        (["draft.target_layer_ids=[9]"], "target_layer_ids"),
+        (["draft.mask_token=<|nope|>"], "mask_token"),
+        (["draft.mask_token_id=100000"], "mask_token_id"),
+    ],
+)
+def test_bad_draft_against_target_stops_before_writing(target, tmp_path, extra, message, capsys):
+    out = tmp_path / "out"
+    assert main(fast(target, out, *extra)) == 2
+    assert message in capsys.readouterr().err
+    assert not (out / "checkpoints").exists() and not (out / "final").exists()
+
+
+def test_bad_data_stops_with_row_index(target, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+        + "\n"
+        + json.dumps({"messages": "oops"})
+        + "\n"
+    )
+    assert main(fast(target, tmp_path / "o", f"data.train={bad}")) == 2
+    err = capsys.readouterr().err
+    assert "row" in err.lower()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(fast(target, tmp_path / "o2", f"data.train={empty}")) == 2
+
+
+def test_unwritable_output_dir(target, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(fast(target, blocker / "sub")) == 2
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_end_to_end_exports_a_valid_vllm_checkpoint(target, tmp_path):
+    out = tmp_path / "run"
+    assert main(fast(target, out, "draft.draft_vocab_size=40")) == 0
+    assert check_checkpoint(out / "final") == []
+    assert check_checkpoint(out / "final-speculators") == []
+    cfg = json.loads((out / "final" / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == 40 and cfg["architectures"] == ["Qwen3DSparkModel"]
+    prov = json.loads((out / "final" / "provenance.json").read_text())
+    assert prov["vocab_counts_hash"] and prov["resolved_config"]["trainer"]["max_steps"] == 4
+    assert (out / "final" / "README.md").exists()
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert all(len(r["acceptance_per_pos"]) == 7 for r in train)
+    # A second fresh run into the same folder must be explicit.
+    assert main(fast(target, out)) == 2
+
+
+def test_incompatible_resume_is_refused_before_anything_changes(target, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(fast(target, out, "trainer.save_every=2")) == 0
+    before = (out / "metrics.jsonl").read_text()
+    assert main(fast(target, out, "resume=true", "draft.markov_rank=4")) == 2
+    assert "markov_rank" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+def _train_losses(out: Path) -> list[tuple[int, float]]:
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in recs if r["split"] == "train"]
+
+
+def test_killed_run_resumes_exactly(target, tmp_path):
+    """SIGKILL a run after its step-4 checkpoint, resume, and compare with an uninterrupted run."""
+    steps = ["trainer.max_steps=8", "trainer.save_every=2", "trainer.eval_every=0"]
+    ref = tmp_path / "ref"
+    assert main(fast(target, ref, *steps)) == 0
+
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "train.distill",
+        *fast(target, out, *steps),
+        "trainer.step_delay_s=1.0",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 240
+        while not (out / "checkpoints" / "step-000004").exists():
+            assert proc.poll() is None, "run ended before it could be killed"
+            assert time.time() < deadline, "no step-4 checkpoint in time"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert not (out / "final").exists()
+    killed_at = max(s for s, _ in _train_losses(out))
+    assert 4 <= killed_at < 8
+    assert main(fast(target, out, *steps, "resume=true")) == 0
+    assert _train_losses(out) == _train_losses(ref)

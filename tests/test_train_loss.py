@@ -1,0 +1,150 @@
+"""The distillation loss against a naive float64 per-token reference, and chunk invariance."""
+
+import math
+
+import pytest
+import torch
+
+from common.config import DSparkConfig
+from common.model import DSparkDraftModel
+from common.vocab import build_vocab_map
+from train.anchors import anchor_generator, sample_anchors, valid_anchor_mask
+from train.loss import block_targets, distill_loss, summarize
+
+V, HT, T = 48, 16, 24
+
+
+def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = DSparkConfig(
+        vocab_size=V,
+        target_hidden_size=HT,
+        target_num_hidden_layers=4,
+        target_layer_ids=[0, 1],
+        mask_token_id=V - 1,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        intermediate_size=32,
+        block_size=4,
+        markov_rank=4,
+        draft_vocab_size=30 if reduced else None,
+        sample_from_anchor=sample_from_anchor,
+    )
+    m = DSparkDraftModel(cfg).double()
+    vm = build_vocab_map(torch.randint(0, 9, (V,)), 30) if reduced else None
+    m.init_from_target(torch.randn(V, 16), torch.randn(V, 16), *((vm.d2t, vm.t2d) if vm else ()))
+    for p in m.parameters():  # nonzero Markov/confidence weights so every term matters
+        if p.requires_grad:
+            p.data.normal_(0, 0.3)
+    n = 2
+    ids = torch.randint(0, V - 1, (n, T))
+    loss_mask = torch.rand(n, T) > 0.2
+    aux = torch.randn(n, T, 2 * HT, dtype=torch.float64)
+    final = torch.randn(n, T, HT, dtype=torch.float64)
+    head = torch.randn(V, HT, dtype=torch.float64)
+    anchors, valid = sample_anchors(loss_mask, 5, anchor_generator(0, 0, 0, 0))
+    return m, ids, loss_mask, aux, final, head, anchors, valid
+
+
+def run_loss(m, ids, loss_mask, aux, final, head, anchors, valid, chunk):
+    fo = m.forward_train(aux, ids, anchors, valid)
+    tg = block_targets(ids, loss_mask, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    return distill_loss(m, fo, tg, final, head, tg.dens(), chunk_tokens=chunk), fo, tg
+
+
+def naive_loss(m, fo, tg, final, head, ids):
+    """Token-by-token float64 loop over (n, a, j), written from dspark.md."""
+    nums = {"ce": 0.0, "l1": 0.0, "bce": 0.0}
+    dens = {"ce": 0.0, "l1": 0.0}
+    logits = m.block_logits(fo.hidden, fo.markov_input)  # [N, A, Nd, Vd]
+    sel = m.draft_ids_in_target
+    n, a, nd = tg.labels.shape
+    for i in range(n):
+        for k in range(a):
+            for j in range(nd):
+                if tg.mask[i, k, j] == 0:
+                    continue
+                w = math.exp(-j / 4)
+                p_d = torch.softmax(logits[i, k, j], -1)
+                p_t = torch.softmax(head @ final[i, tg.label_pos[i, k, j] - 1], -1)
+                l1 = (p_d - p_t[sel]).abs().sum() + (1 - p_t[sel].sum())
+                nums["l1"] += w * l1
+                dens["l1"] += w
+                lab = int(tg.labels[i, k, j])
+                if bool(m.t2d[lab]):
+                    d = int((sel == lab).nonzero())
+                    nums["ce"] += -w * torch.log(p_d[d])
+                    dens["ce"] += w
+                c = m.compute_confidence(fo.hidden[i, k, j][None], fo.markov_embed[i, k, j][None])
+                y = 1 - l1.detach() / 2
+                nums["bce"] += -w * (y * torch.log(c) + (1 - y) * torch.log(1 - c)).squeeze()
+    return 0.1 * nums["ce"] / dens["ce"] + 0.9 * nums["l1"] / dens["l1"] + nums["bce"] / dens["l1"]
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+@pytest.mark.parametrize("layout", [True, False])
+def test_loss_matches_naive_reference(reduced, layout):
+    m, ids, lm, aux, final, head, anchors, valid = setup(reduced, layout)
+    (loss, _), fo, tg = run_loss(m, ids, lm, aux, final, head, anchors, valid, chunk=1024)
+    ref = naive_loss(m, fo, tg, final, head, ids)
+    assert float(loss) == pytest.approx(float(ref), rel=1e-9, abs=1e-9)
+
+
+def test_chunking_changes_neither_loss_nor_gradients():
+    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    grads = []
+    for chunk in (3, 100000):
+        m.zero_grad()
+        (loss, sums), _, _ = run_loss(m, ids, lm, aux, final, head, anchors, valid, chunk)
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+        grads[-1]["loss"] = loss.detach()
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 5
+    for k in grads[0]:
+        assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-10, atol=1e-12), k
+
+
+def test_confidence_detach_blocks_backbone_gradient_from_bce():
+    m, ids, lm, aux, final, head, anchors, valid = setup(False)
+    fo = m.forward_train(aux, ids, anchors, valid)
+    tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    dens = tg.dens()
+    grads = {}
+    for detach in (True, False):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        loss, _ = distill_loss(
+            m, fo, tg, final, head, dens, weights=(0, 0, 1.0), confidence_detach=detach
+        )
+        loss.backward()
+        grads[detach] = m.fc.weight.grad
+    assert grads[True] is None or grads[True].abs().max() == 0
+    assert grads[False].abs().max() > 0
+
+
+def test_summary_tau_and_acceptance_are_pooled():
+    m, ids, lm, aux, final, head, anchors, valid = setup(False)
+    (_, sums), fo, tg = run_loss(m, ids, lm, aux, final, head, anchors, valid, 1024)
+    s = summarize(sums)
+    alpha = s["acceptance_per_pos"]
+    assert len(alpha) == m.config.num_speculative_tokens
+    assert all(0 <= x <= 1 for x in alpha)
+    assert s["analytic_tau"] == pytest.approx(
+        1 + sum(math.prod(alpha[: k + 1]) for k in range(len(alpha)))
+    )
+
+
+def test_anchors_are_valid_distinct_and_keyed():
+    lm = torch.rand(3, 50) > 0.3
+    a1, v1 = sample_anchors(lm, 10, anchor_generator(1, 5, 0, 0))
+    a2, v2 = sample_anchors(lm, 10, anchor_generator(1, 5, 0, 0))
+    a3, _ = sample_anchors(lm, 10, anchor_generator(1, 6, 0, 0))
+    assert torch.equal(a1, a2) and torch.equal(v1, v2) and not torch.equal(a1, a3)
+    ok = valid_anchor_mask(lm)
+    for r in range(3):
+        got = a1[r][v1[r]]
+        assert ok[r, got].all() and len(set(got.tolist())) == len(got)
+        assert int(v1[r].sum()) == min(10, int(ok[r].sum()))
