@@ -1,0 +1,67 @@
+"""TargetCapture feeds the draft what vLLM does: the pre-norm output of decoder layer i, which is
+HF `output_hidden_states[i+1]`, concatenated in ascending id order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from common.config import DSparkConfig
+from common.target import TargetCapture, target_head_weights
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+N_LAYERS, HIDDEN = 7, 16
+
+
+@pytest.fixture(scope="module")
+def target():
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=64,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+    )
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("layer_ids", [[0], [1, 4], [0, 2, 3, 5]])
+def test_aux_equals_hf_hidden_states(target, ids, layer_ids):
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+    ref = out.hidden_states  # N_LAYERS + 1 entries; the last one is post-norm
+    cap = TargetCapture(target, layer_ids)(ids)
+    assert cap.aux.shape == (2, 9, HIDDEN * len(layer_ids))
+    for k, i in enumerate(layer_ids):
+        torch.testing.assert_close(cap.aux[..., k * HIDDEN : (k + 1) * HIDDEN], ref[i + 1])
+    # Not an off-by-one: layer i's input (hidden_states[i]) differs from what was captured.
+    assert not torch.allclose(cap.aux[..., :HIDDEN], ref[layer_ids[0]])
+    # The final state is post-norm: exactly what the teacher lm_head reads.
+    torch.testing.assert_close(cap.final, ref[-1])
+    torch.testing.assert_close(target.lm_head(cap.final), out.logits)
+
+
+def test_default_ids_from_config_feed_the_draft(target, ids):
+    cfg = DSparkConfig.from_target(target.config, mask_token_id=63, num_hidden_layers=1)
+    assert cfg.target_layer_ids == [1, 2, 3, 4]  # spread over 1..N-3 for N=7
+    cap = TargetCapture(target, cfg.target_layer_ids)(ids)
+    assert cap.aux.shape[-1] == cfg.fc_input_size
+    embed, lm_head = target_head_weights(target)
+    assert embed.shape == lm_head.shape == (cfg.vocab_size, cfg.hidden_size)
+
+
+@pytest.mark.parametrize("bad", [[N_LAYERS - 1], [1, N_LAYERS - 1], [N_LAYERS], [-1]])
+def test_final_or_missing_layer_raises(target, bad):
+    with pytest.raises(ValueError, match=r"draft\.target_layer_ids"):
+        TargetCapture(target, bad)
