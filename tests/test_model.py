@@ -9,11 +9,33 @@ import pytest
 import torch
 
 from common.model import inference_block_mask
+from common.model.layers import RMSNorm, rope
 from tests.conftest import tiny_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 HEADS = ("vanilla", "gated", "rnn")
+
+
+# ---------------------------------------------------------------- layers
+def test_norm_and_rope_compute_in_float64_for_a_float64_model():
+    """The fp64 equivalence tests below are only as tight as these two primitives."""
+    torch.manual_seed(0)
+    norm = RMSNorm(8, 1e-6).double()
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(8, dtype=torch.float64) + 0.5)
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    ref = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight
+    torch.testing.assert_close(norm(x), ref, rtol=1e-14, atol=1e-14)
+    pos = torch.tensor([[0, 1, 7, 1000]])
+    q = torch.randn(1, 4, 2, 8, dtype=torch.float64)  # [N, S, heads, hd]
+    inv = 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    ang = pos[..., None, None].double() * inv  # [N, S, 1, hd/2]
+    q1, q2 = q[..., :4], q[..., 4:]
+    ref = torch.cat([q1 * ang.cos() - q2 * ang.sin(), q2 * ang.cos() + q1 * ang.sin()], -1)
+    torch.testing.assert_close(rope(q, pos, 10000.0), ref, rtol=1e-14, atol=1e-14)
+    # bf16 inputs are still normalised in fp32 and returned in bf16.
+    assert norm.to(torch.bfloat16)(x.to(torch.bfloat16)).dtype == torch.bfloat16
 
 
 # ---------------------------------------------------------------- heads
