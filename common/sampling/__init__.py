@@ -1,0 +1,54 @@
+"""Sampling for DSpark drafting and verification, as plain functions over tensors.
+
+Shared by the serving engine, training-time evaluation and tests. One job per module:
+- `gumbel`: keyed (seed, stream, position, column) Gumbel-max sampling, reproducible and
+  independent of batch composition;
+- `markov_walk`: the sequential Markov stage (dense and top-k), drafts + sampled-from
+  distributions (`draft_probs.DraftProbs`) + confidences;
+- `verify`: greedy and lossless rejection-sampling verification with per-request verify lengths;
+- `adaptive`: the paper's Algorithm 1 verify-length scheduler and the SPS table;
+- `sharded`: tensor-parallel batch-sharded Markov walk over torch.distributed.
+"""
+
+from common.sampling.adaptive import SPSTable, VerifyPlan, plan_verify_lengths, profile_sps
+from common.sampling.draft_probs import DraftProbs
+from common.sampling.gumbel import (
+    Stream,
+    categorical_from_probs,
+    gumbel_noise,
+    gumbel_sample,
+    gumbel_sample_with_probs,
+    keyed_uniform,
+    sampled_probs,
+)
+from common.sampling.markov_walk import MarkovWalkOutput, markov_walk
+from common.sampling.sharded import (
+    ShardedWalkOutput,
+    sharded_markov_walk,
+    sharding_disabled_reason,
+)
+from common.sampling.verify import PAD_ID, VerifyOutput, greedy_verify, rejection_verify
+
+__all__ = [
+    "PAD_ID",
+    "DraftProbs",
+    "MarkovWalkOutput",
+    "SPSTable",
+    "ShardedWalkOutput",
+    "Stream",
+    "VerifyOutput",
+    "VerifyPlan",
+    "categorical_from_probs",
+    "greedy_verify",
+    "gumbel_noise",
+    "gumbel_sample",
+    "gumbel_sample_with_probs",
+    "keyed_uniform",
+    "markov_walk",
+    "plan_verify_lengths",
+    "profile_sps",
+    "rejection_verify",
+    "sampled_probs",
+    "sharded_markov_walk",
+    "sharding_disabled_reason",
+]
