@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from common.contract import check_checkpoint
+from tests.tiny_assets import build_tiny_random_target
 from train.config_io import CONFIG_DIR, BadConfig, compose_config
 from train.distill import main
-
-from tests.tiny_assets import build_tiny_random_target
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 REPO = Path(__file__).resolve().parents[1]
