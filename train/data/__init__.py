@@ -1,0 +1,48 @@
+"""Data side of distillation: raw rows -> masked, packed rows -> resumable sharded batches.
+
+Pipeline (one module per step):
+    sources.load_rows        hub id or local jsonl/json/parquet/arrow -> Dataset of raw rows
+    rows / render            validate a row; render chat (assistant-only mask) or text (all ones)
+    samples.tokenize_rows    batched map -> variable-length (input_ids, loss_mask, row_index)
+    pack.pack_samples        -> fixed [seq_len] rows (pack or bucket) with position_ids, doc_ids
+    build.build_dataset      the two steps above in one call
+    loader.build_dataloader  resumable, rank-sharded DataLoader of [B, seq_len] tensors
+    counts.count_loss_tokens per-id counts of supervised tokens, for the reduced draft vocab
+    regenerate               optional: replace final assistant turns with the target's answers
+"""
+
+from train.data.build import build_dataset, pad_id
+from train.data.counts import count_loss_tokens, dataset_stats
+from train.data.loader import (
+    ResumableDataLoader,
+    build_dataloader,
+    collate,
+    document_causal_mask,
+)
+from train.data.pack import pack_samples
+from train.data.render import ChatTemplateError, Renderer, load_chat_template
+from train.data.rows import BadRowError, normalize_row
+from train.data.sampler import epoch_order, rank_batches
+from train.data.samples import tokenize_rows
+from train.data.sources import load_rows
+
+__all__ = [
+    "BadRowError",
+    "ChatTemplateError",
+    "Renderer",
+    "ResumableDataLoader",
+    "build_dataloader",
+    "build_dataset",
+    "collate",
+    "count_loss_tokens",
+    "dataset_stats",
+    "document_causal_mask",
+    "epoch_order",
+    "load_chat_template",
+    "load_rows",
+    "normalize_row",
+    "pack_samples",
+    "pad_id",
+    "rank_batches",
+    "tokenize_rows",
+]

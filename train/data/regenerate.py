@@ -1,0 +1,197 @@
+"""Replace each conversation's final assistant turn with the target's own answer (optional step).
+
+Training on the target's own outputs matches what the draft must predict at serving time (the paper
+regenerates with T=0.7, top-p 0.8). Contracts:
+- input rows: chat rows (`messages` or ShareGPT `conversations`); a trailing assistant turn is
+  dropped and regenerated, a conversation ending with a user turn gets a new assistant turn.
+- output: one JSON line per row, `{...original fields, "messages": [...], "row_index": i,
+  "regen": {sampling..., "backend", "model", "finish_reason"}}` (`conversations` is replaced by
+  `messages`). File order may differ from row order after a resume; key on `row_index`.
+- resumable: rows already in `out_path` are skipped. Rows are processed in fixed chunks
+  `[c*batch_size, (c+1)*batch_size)` and a partly written chunk is regenerated whole, with the RNG
+  seeded per chunk (hf) or per row (vllm), so a resumed run writes exactly what an uninterrupted run
+  with the same batch_size would.
+- `sampling`: temperature (0 = greedy), top_p, top_k (None/0 = off), max_new_tokens, seed.
+"""
+
+import importlib.util
+import json
+import logging
+import os
+from collections.abc import Sequence
+
+from train.data.regen_backends import HFGenerator, VLLMGenerator
+from train.data.rows import BadRowError, normalize_row
+
+log = logging.getLogger(__name__)
+
+SAMPLING_DEFAULTS = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": None,
+    "max_new_tokens": 512,
+    "seed": 0,
+}
+BACKENDS = ("hf", "vllm", "auto")
+
+
+def _sampling(sampling: dict) -> dict:
+    unknown = set(sampling) - set(SAMPLING_DEFAULTS)
+    if unknown:
+        raise ValueError(
+            f"unknown sampling keys {sorted(unknown)}; allowed: {sorted(SAMPLING_DEFAULTS)}"
+        )
+    out = {**SAMPLING_DEFAULTS, **sampling}
+    if out["temperature"] < 0 or not 0 < out["top_p"] <= 1 or out["max_new_tokens"] < 1:
+        raise ValueError(
+            f"bad sampling parameters {out}: need temperature>=0, 0<top_p<=1, max_new_tokens>=1"
+        )
+    return out
+
+
+def _done_rows(out_path: str, sampling: dict) -> set[int]:
+    """Row indices already written. Cuts a torn last line (a crash mid-write) off the file."""
+    if not os.path.exists(out_path):
+        return set()
+    with open(out_path, encoding="utf-8", newline="") as f:
+        lines = f.readlines()
+    done, keep = set(), 0
+    for n, line in enumerate(lines):
+        try:
+            if not line.endswith("\n"):  # only the last line can lack it: a torn write
+                break
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if n != len(lines) - 1:
+                raise ValueError(
+                    f"{out_path}:{n + 1} is not valid JSON; fix or delete that line"
+                ) from None
+            break
+        params = {k: rec["regen"].get(k) for k in sampling}
+        if params != sampling:
+            raise ValueError(
+                f"{out_path}:{n + 1} was generated with {params}, this run uses {sampling}; "
+                "use a new out_path for new sampling parameters"
+            )
+        done.add(int(rec["row_index"]))
+        keep += len(line.encode("utf-8"))
+    if keep != os.path.getsize(out_path):
+        with open(out_path, "r+b") as f:
+            f.truncate(keep)
+    return done
+
+
+def _prompt(row, index: int) -> list[dict]:
+    content = normalize_row(row, index, need_assistant=False)
+    if isinstance(content, str):
+        raise BadRowError(index, "a plain `text` row has no assistant turn to regenerate")
+    if content[-1]["role"] == "assistant":
+        content = content[:-1]
+    if not content:
+        raise BadRowError(index, "the conversation is a lone assistant turn; there is no prompt")
+    return content
+
+
+def _chunks(rows, batch_size, tokenizer, template_kwargs, on_bad_row):
+    """Fixed chunks `[c*B, (c+1)*B)` of (row index, prompt messages, prompt token ids)."""
+    chunks, skipped = [], []
+    for start in range(0, len(rows), batch_size):
+        chunk = []
+        for i in range(start, min(start + batch_size, len(rows))):
+            try:
+                msgs = _prompt(rows[i], i)
+            except BadRowError as e:
+                if on_bad_row != "skip":
+                    raise
+                skipped.append(str(e))
+                continue
+            ids = tokenizer.apply_chat_template(
+                msgs, add_generation_prompt=True, return_dict=True, **template_kwargs
+            )["input_ids"]
+            chunk.append((i, msgs, list(ids)))
+        if chunk:
+            chunks.append(chunk)
+    return chunks, skipped
+
+
+def _pick_backend(backend: str, model) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if backend == "auto":
+        return "vllm" if has_vllm and isinstance(model, str | os.PathLike) else "hf"
+    if backend == "vllm" and not has_vllm:
+        raise ImportError(
+            "backend='vllm' but vllm is not importable; use backend='hf' or install vllm"
+        )
+    if backend == "vllm" and not isinstance(model, str | os.PathLike):
+        raise TypeError("backend='vllm' needs `model` as a path or hub id, not a loaded model")
+    return backend
+
+
+def regenerate_responses(
+    rows: Sequence[dict],
+    model,
+    tokenizer,
+    sampling: dict,
+    out_path: str | os.PathLike,
+    batch_size: int = 8,
+    *,
+    backend: str = "hf",
+    template_kwargs: dict | None = None,
+    on_bad_row: str = "error",
+) -> int:
+    """Regenerate rows not yet in `out_path` (see module doc); returns the number of rows written.
+
+    `model`: a loaded HF causal LM or a path (hf loads it; vllm needs a path). `tokenizer`: the
+    target tokenizer (instance or path), used for the chat template. `template_kwargs` go to the
+    chat template (e.g. {"enable_thinking": False}).
+    """
+    sampling = _sampling(sampling)
+    if on_bad_row not in ("error", "skip"):
+        raise ValueError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    out_path = os.fspath(out_path)
+    backend = _pick_backend(backend, model)
+    if isinstance(tokenizer, str | os.PathLike):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    done = _done_rows(out_path, sampling)
+    # Prompts are cheap; building them all first lets fully written chunks be skipped before any
+    # model is loaded, and reports every bad row up front.
+    chunks, skipped = _chunks(rows, batch_size, tokenizer, template_kwargs or {}, on_bad_row)
+    if skipped:
+        log.warning("skipped %d malformed rows (first: %s)", len(skipped), skipped[0])
+    todo = [c for c in chunks if not all(i in done for i, _, _ in c)]
+    if not todo:
+        return 0
+    if backend == "vllm":
+        generate = VLLMGenerator(model, tokenizer, sampling)
+    else:
+        generate = HFGenerator(model, tokenizer, sampling)
+    written = 0
+    try:
+        with open(out_path, "a", encoding="utf-8") as out:
+            for chunk in todo:
+                prompts, indices = [p for _, _, p in chunk], [i for i, _, _ in chunk]
+                results = generate(prompts, indices, chunk_index=indices[0] // batch_size)
+                for (i, msgs, _), (text, finish) in zip(chunk, results):
+                    if i in done:  # a partly written chunk is regenerated whole (module doc)
+                        continue
+                    row = {k: v for k, v in dict(rows[i]).items() if k != "conversations"}
+                    row["messages"] = [*msgs, {"role": "assistant", "content": text}]
+                    row["row_index"] = i
+                    row["regen"] = {
+                        **sampling,
+                        "backend": backend,
+                        "model": generate.model_name,
+                        "finish_reason": finish,
+                    }
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    written += 1
+                out.flush()
+    finally:
+        generate.close()
+    return written
