@@ -184,3 +184,23 @@ def test_killed_run_resumes_exactly(target, tmp_path):
     assert 4 <= killed_at < 8
     assert main(fast(target, out, *steps, "resume=true")) == 0
     assert _train_losses(out) == _train_losses(ref)
+
+
+def test_regeneration_step_trains_on_the_targets_own_answers(target, tmp_path):
+    out = tmp_path / "regen"
+    extra = [
+        "data.regenerate.enabled=true",
+        "data.regenerate.backend=hf",
+        "data.regenerate.max_new_tokens=12",
+        "data.regenerate.temperature=0",
+        "data.max_rows=6",
+        "trainer.max_steps=1",
+    ]
+    assert main(fast(target, out, *extra)) == 0
+    rows = [json.loads(x) for x in (out / "regenerated.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    assert all(r["messages"][-1]["role"] == "assistant" for r in rows)
+    before = (out / "regenerated.jsonl").read_text()
+    # Resumable: a second run reuses what is there instead of regenerating it.
+    assert main(fast(target, out, *extra, "overwrite=true")) == 0
+    assert (out / "regenerated.jsonl").read_text() == before

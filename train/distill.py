@@ -21,7 +21,15 @@ from common.target import target_head_weights
 from train.config_io import BadConfig, compose_config
 from train.export import export_final
 from train.objective import init_draft_weights
-from train.setup import SetupError, build_split, draft_config, load_target, vocab_map_for
+from train.setup import (
+    REGENERATED_NAME,
+    SetupError,
+    build_split,
+    draft_config,
+    load_target,
+    regenerate_train_rows,
+    vocab_map_for,
+)
 from train.state import latest_checkpoint
 from train.trainer import Trainer
 
@@ -69,7 +77,13 @@ def run(cfg) -> dict:
     acc = make_accelerator(cfg.trainer)
     target, tok = load_target(cfg.target, acc.device)
     dcfg = draft_config(cfg.draft, target, tok, cfg.target.path)
-    train_ds = build_split(cfg.data, cfg.data.train, tok, cfg.seed, cfg.data.max_rows)
+    train_path = cfg.data.train
+    if cfg.data.regenerate.enabled:
+        if acc.is_main_process:
+            regenerate_train_rows(cfg, target, tok, out)
+        acc.wait_for_everyone()
+        train_path = str(out / REGENERATED_NAME)
+    train_ds = build_split(cfg.data, train_path, tok, cfg.seed, cfg.data.max_rows)
     eval_ds = (
         build_split(cfg.data, cfg.data.heldout, tok, cfg.seed, cfg.data.heldout_max_rows)
         if cfg.data.heldout

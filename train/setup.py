@@ -120,6 +120,38 @@ def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
     )
 
 
+REGENERATED_NAME = "regenerated.jsonl"
+
+
+def regenerate_train_rows(cfg, target_model, tokenizer, out: Path) -> None:
+    """Optional step 2: the target answers the training prompts itself, into a resumable JSONL
+    (OUTPUT/regenerated.jsonl, sampling parameters stored per row) that training then reads."""
+    rcfg = cfg.data.regenerate
+    from train.data.regenerate import regenerate_responses
+
+    rows = load_rows(cfg.data.train, split=cfg.data.split, max_rows=cfg.data.max_rows)
+    dest = out / REGENERATED_NAME
+    sampling = {
+        "temperature": rcfg.temperature,
+        "top_p": rcfg.top_p,
+        "max_new_tokens": rcfg.max_new_tokens,
+        "seed": cfg.seed,
+    }
+    # vLLM loads the target itself from its path; HF reuses the already loaded model.
+    model = cfg.target.path if rcfg.backend == "vllm" else target_model
+    n = regenerate_responses(
+        rows,
+        model,
+        tokenizer,
+        sampling,
+        dest,
+        rcfg.batch_size,
+        backend=rcfg.backend,
+        on_bad_row=cfg.data.on_bad_row,
+    )
+    print(f"[distill] regenerated {n} responses into {dest}")
+
+
 def vocab_map_for(cfg: DSparkConfig, train_ds, cache_path: Path) -> VocabMap | None:
     """Counts loss-masked tokens -> VocabMap; a cached map is reused only for the same counts
     hash and size."""
