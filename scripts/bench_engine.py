@@ -1,0 +1,203 @@
+"""Benchmark the embedded engine: target-only vs DSpark decoding.
+
+    python scripts/bench_engine.py [--target DIR --checkpoint DIR] [--batch 1 4] [--max-tokens 64]
+
+Uses `artifacts/tiny-target` + `outputs/tiny/final` when both exist, else a random tiny model
+(and says so: a random draft is almost never accepted, so DSpark then measures pure overhead;
+`--synthetic tuned` builds a context-free target with a draft tuned to it instead, an upper
+bound). Prints tokens/s per (mode, batch), the realized mean acceptance length, the draft step's
+time split (backbone vs Markov loop) and batched vs per-request verification cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from serve.engine import Engine, EngineOptions, SamplingParams  # noqa: E402
+
+
+def load_real(args):
+    opts = dict(target=args.target, dtype=args.dtype, draft_sampling=args.draft_sampling)
+    base = Engine.from_options(EngineOptions(**opts, max_num_seqs=max(args.batch)))
+    spec = Engine.from_options(
+        EngineOptions(**opts, checkpoint=args.checkpoint, max_num_seqs=max(args.batch))
+    )
+    return base, spec
+
+
+def random_pair(block_size: int):
+    """A random Qwen3 target (8 layers, hidden 256, vocab 4096) and a random 1-layer draft."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from common.config import DSparkConfig
+    from common.model import DSparkDraftModel
+
+    torch.manual_seed(0)
+    tc = Qwen3Config(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=32,
+        tie_word_embeddings=False,
+    )
+    target = Qwen3ForCausalLM(tc).eval()
+    cfg = DSparkConfig.from_target(
+        tc, mask_token_id=4095, num_hidden_layers=1, block_size=block_size, markov_rank=64
+    )
+    draft = DSparkDraftModel(cfg)
+    draft.init_from_target(target.get_input_embeddings().weight, target.lm_head.weight)
+    return target, draft.eval()
+
+
+def load_synthetic(args):
+    if args.synthetic == "tuned":
+        from tests.test_engine_helpers import make_draft, make_target
+
+        target = make_target(0, predictable=True, sharpness=30.0).float()
+        draft = make_draft(target, True, None, tuned=True, block_size=args.block_size).float()
+    else:
+        target, draft = random_pair(args.block_size)
+
+    def engine(d):
+        opts = EngineOptions(
+            target="<synthetic>",
+            checkpoint=None if d is None else "<synthetic>",
+            draft_sampling=args.draft_sampling,
+            max_num_seqs=max(args.batch),
+        )
+        return Engine(target, d, opts, eos_token_ids=[])
+
+    return engine(None), engine(draft)
+
+
+def prompts(engine: Engine, batch: int, length: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    vocab = engine.target.lm_head.weight.shape[0]
+    return [torch.randint(3, vocab, (length,), generator=g).tolist() for _ in range(batch)]
+
+
+def run(engine: Engine, batch: int, args) -> dict:
+    params = [
+        SamplingParams(
+            max_tokens=args.max_tokens, temperature=args.temperature, seed=i, ignore_eos=True
+        )
+        for i in range(batch)
+    ]
+    engine.generate(prompts(engine, batch, args.prompt_len, 99), params)  # warm-up
+    s0 = engine.stats.snapshot()
+    t0 = time.perf_counter()
+    for rep in range(args.repeats):
+        engine.generate(prompts(engine, batch, args.prompt_len, rep), params)
+    wall = time.perf_counter() - t0
+    s1 = engine.stats.snapshot()
+    drafts = s1.spec.num_drafts - s0.spec.num_drafts
+    acc = s1.spec.num_accepted_tokens - s0.spec.num_accepted_tokens
+    return {
+        "tok_s": (s1.generation_tokens - s0.generation_tokens) / wall,
+        "mal": 1 + acc / drafts if drafts else float("nan"),
+        "backbone_ms": 1e3 * (s1.time_backbone - s0.time_backbone) / max(drafts / batch, 1),
+        "markov_ms": 1e3 * (s1.time_markov - s0.time_markov) / max(drafts / batch, 1),
+        "verify_ms": 1e3 * (s1.time_verify - s0.time_verify) / max(s1.steps - s0.steps, 1),
+    }
+
+
+def verify_batching(engine: Engine, batch: int, iters: int = 20) -> tuple[float, float]:
+    """ms for one [batch, N+1] verify forward vs `batch` separate [1, N+1] forwards."""
+    q = engine.num_spec + 1
+    ids = torch.randint(3, 50, (batch, q))
+    start = torch.full((batch,), 64, dtype=torch.long)
+    rows = list(range(batch))
+    engine.target.forward(rows, ids, start)
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return 1e3 * (time.perf_counter() - t0) / iters
+
+    batched = timed(lambda: engine.target.forward(rows, ids, start))
+    single = timed(
+        lambda: [engine.target.forward([r], ids[r : r + 1], start[r : r + 1]) for r in rows]
+    )
+    return batched, single
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--target", default=str(REPO / "artifacts/tiny-target"))
+    ap.add_argument("--checkpoint", default=str(REPO / "outputs/tiny/final"))
+    ap.add_argument("--synthetic", choices=["random", "tuned"], default="random")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--draft-sampling", default="probabilistic")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--block-size", type=int, default=7, help="synthetic draft block size")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    real = Path(args.target).is_dir() and (Path(args.checkpoint) / "config.json").is_file()
+    if real:
+        source = f"target {args.target}, draft {args.checkpoint}"
+        base, spec = load_real(args)
+    else:
+        source = (
+            f"NOT FOUND: {args.target} / {args.checkpoint}; using a {args.synthetic} synthetic "
+            "tiny model ("
+            + (
+                "random 8-layer target + random draft: acceptance ~1, DSpark overhead only"
+                if args.synthetic == "random"
+                else "context-free target + draft tuned to it: an upper bound"
+            )
+            + ")"
+        )
+        base, spec = load_synthetic(args)
+    print(f"# {source}")
+    print(
+        f"# device cpu, threads {args.threads}, N={spec.num_spec}, T={args.temperature}, "
+        f"draft_sampling={args.draft_sampling}, prompt {args.prompt_len}, "
+        f"max_tokens {args.max_tokens}, repeats {args.repeats}"
+    )
+    head = (
+        f"{'mode':<12}{'batch':>6}{'tok/s':>10}{'speedup':>9}{'accept len':>12}"
+        f"{'backbone ms':>13}{'markov ms':>11}{'markov %':>10}{'verify ms':>11}"
+    )
+    print(head)
+    print("-" * len(head))
+    for b in args.batch:
+        r0 = run(base, b, args)
+        r1 = run(spec, b, args)
+        print(f"{'target-only':<12}{b:>6}{r0['tok_s']:>10.1f}{1.0:>9.2f}{'-':>12}"
+              f"{'-':>13}{'-':>11}{'-':>10}{r0['verify_ms']:>11.2f}")  # fmt: skip
+        share = 100 * r1["markov_ms"] / max(r1["backbone_ms"] + r1["markov_ms"], 1e-9)
+        print(f"{'dspark':<12}{b:>6}{r1['tok_s']:>10.1f}{r1['tok_s'] / r0['tok_s']:>9.2f}"
+              f"{r1['mal']:>12.2f}{r1['backbone_ms']:>13.2f}{r1['markov_ms']:>11.2f}"
+              f"{share:>9.1f}%{r1['verify_ms']:>11.2f}")  # fmt: skip
+    print("\n# draft step time per round (all rows at once): backbone = parallel stage + base")
+    print("# logits, markov = sequential loop (bias + sampling); verify ms = per engine step.")
+    for b in args.batch:
+        if b > 1:
+            batched, single = verify_batching(spec, b)
+            print(
+                f"# verify forward at batch {b}: batched {batched:.2f} ms vs per-request "
+                f"{single:.2f} ms ({single / batched:.2f}x)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""`python -m serve.api --target DIR [--checkpoint DIR] --port N`: a thin entry for tests and
+local runs (production launches go through `serve.launch`). Exit code 2 for bad options."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from serve.api.server import run_server
+from serve.engine.options import EngineOptions, OptionsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m serve.api", description=__doc__)
+    ap.add_argument("--target", required=True, help="HF model folder of the target")
+    ap.add_argument("--checkpoint", default=None, help="DSpark draft folder (omit: target-only)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--num-speculative-tokens", type=int, default=None)
+    ap.add_argument(
+        "--draft-sampling", default="probabilistic", choices=["greedy", "probabilistic"]
+    )
+    ap.add_argument("--adaptive-verification", action="store_true")
+    ap.add_argument("--sps-table", default=None)
+    ap.add_argument("--max-num-seqs", type=int, default=8)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--served-model-name", default=None)
+    a = ap.parse_args(argv)
+    try:
+        opts = EngineOptions(
+            target=a.target,
+            checkpoint=a.checkpoint,
+            device=a.device,
+            dtype=a.dtype,
+            num_speculative_tokens=a.num_speculative_tokens,
+            draft_sampling=a.draft_sampling,
+            adaptive_verification=a.adaptive_verification,
+            sps_table=a.sps_table,
+            max_num_seqs=a.max_num_seqs,
+            max_model_len=a.max_model_len,
+            seed=a.seed,
+        )
+        run_server(opts, a.host, a.port, a.served_model_name)
+    except OptionsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

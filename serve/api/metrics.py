@@ -1,0 +1,76 @@
+"""Prometheus exposition of the engine's counters under vLLM's metric names.
+
+A custom collector reads one `EngineStats.snapshot()` per scrape, so the numbers come from the
+engine's own counters (single source of truth) and all series of a scrape are consistent.
+Counters are exposed as prometheus_client renders counters, i.e. with a `_total` suffix
+(`vllm:spec_decode_num_drafts_total`), exactly as vLLM's own /metrics shows them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from serve.engine import Engine
+
+
+class EngineCollector:
+    def __init__(self, engine: Engine, model_name: str):
+        self.engine, self.model_name = engine, model_name
+
+    def _counter(self, name, doc, value, extra=None):
+        labels = ["model_name", *(extra or {})]
+        c = CounterMetricFamily(name, doc, labels=labels)
+        c.add_metric([self.model_name, *(extra or {}).values()], value)
+        return c
+
+    def collect(self):
+        s = self.engine.stats.snapshot()
+        m = self.model_name
+        yield self._counter("vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens)
+        yield self._counter(
+            "vllm:generation_tokens", "Generation tokens emitted.", s.generation_tokens
+        )
+        yield self._counter("vllm:request_success", "Finished requests.", s.requests_finished)
+        yield self._counter("dspark:request_aborted", "Aborted requests.", s.requests_aborted)
+        yield self._counter("dspark:engine_steps", "Engine steps run.", s.steps)
+        for name, val in (("running", s.num_running), ("waiting", s.num_waiting)):
+            g = GaugeMetricFamily(
+                f"vllm:num_requests_{name}", f"Requests {name}.", labels=["model_name"]
+            )
+            g.add_metric([m], val)
+            yield g
+        if self.engine.num_spec == 0:
+            return
+        sp = s.spec
+        yield self._counter("vllm:spec_decode_num_drafts", "Draft rounds.", sp.num_drafts)
+        yield self._counter(
+            "vllm:spec_decode_num_draft_tokens", "Draft tokens verified.", sp.num_draft_tokens
+        )
+        yield self._counter(
+            "vllm:spec_decode_num_accepted_tokens", "Accepted draft tokens.", sp.num_accepted_tokens
+        )
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens per draft position.",
+            labels=["model_name", "position"],
+        )
+        for k, v in enumerate(sp.num_accepted_tokens_per_pos):
+            per_pos.add_metric([m, str(k)], v)
+        yield per_pos
+        t = CounterMetricFamily(
+            "dspark:time_seconds", "Engine wall time by phase.", labels=["model_name", "phase"]
+        )
+        for phase in ("backbone", "markov", "verify", "prefill", "context"):
+            t.add_metric([m, phase], getattr(s, f"time_{phase}"))
+        yield t
+
+
+def make_registry(engine: Engine, model_name: str) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(EngineCollector(engine, model_name))
+    return reg
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,286 @@
+"""OpenAI-compatible HTTP server over the embedded engine (`run_server`).
+
+Routes: POST /v1/completions, POST /v1/chat/completions (both `stream: true` as SSE ending in
+`data: [DONE]`), GET /v1/models, /health, /metrics (Prometheus, vLLM names).
+Errors are OpenAI-style `{"error": {message, type, param, code}}` bodies: 400 for malformed
+JSON / invalid fields / token limits, 404 for an unknown model, 503 when the engine is down.
+A client that disconnects (mid-stream or while waiting) has its request aborted; the others
+keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from serve.api.async_engine import AsyncEngine
+from serve.api.metrics import make_registry, render
+from serve.api.protocol import APIError, ChatCompletionRequest, CompletionRequest, parse
+from serve.engine import Engine, EngineOptions, SamplingParams
+
+logger = logging.getLogger("serve.api")
+
+
+class Detokenizer:
+    """Incremental text of a growing id list; holds back an incomplete UTF-8 character."""
+
+    def __init__(self, tokenizer):
+        self.tok, self.ids, self.sent = tokenizer, [], ""
+
+    def push(self, ids: list[int], final: bool = False) -> str:
+        self.ids += ids
+        if self.tok is None:
+            return ""
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd") and not final:
+            return ""
+        delta, self.sent = text[len(self.sent) :], text
+        return delta
+
+
+class Server:
+    """Request handling shared by the routes; owns the AsyncEngine."""
+
+    def __init__(self, engine: Engine, served_model_name: str):
+        self.engine, self.name = engine, served_model_name
+        self.tokenizer = engine.tokenizer
+        self.max_model_len = engine.opts.max_model_len
+        self.aengine = AsyncEngine(engine)
+        self.registry = make_registry(engine, served_model_name)
+
+    # ------------------------------------------------------------------ inputs
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.name:
+            raise APIError(f"The model `{model}` does not exist.", 404, "model")
+
+    def completion_prompt(self, req: CompletionRequest) -> list[int]:
+        p = req.prompt
+        if isinstance(p, list) and p and isinstance(p[0], (list, str)):
+            if len(p) != 1:
+                raise APIError("batched prompts are not supported: send one prompt", param="prompt")
+            p = p[0]
+        if isinstance(p, str):
+            if self.tokenizer is None:
+                raise APIError("this target has no tokenizer: send token ids", param="prompt")
+            return self.tokenizer.encode(p)
+        return list(p)
+
+    def chat_prompt(self, req: ChatCompletionRequest) -> list[int]:
+        tok = self.tokenizer
+        if tok is None or not getattr(tok, "chat_template", None):
+            raise APIError("the target tokenizer has no chat template", param="messages")
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # The template already wrote any BOS it wants.
+        return tok.encode(text, add_special_tokens=False)
+
+    def sampling_params(self, req, prompt_ids: list[int]) -> SamplingParams:
+        if not prompt_ids:
+            raise APIError("the prompt is empty", param="prompt")
+        n = len(prompt_ids)
+        if n >= self.max_model_len:
+            raise APIError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"your prompt has {n} tokens, leaving no room to generate.",
+                param="prompt",
+            )
+        vocab = self.engine.target.lm_head.weight.shape[0]
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise APIError(f"prompt token ids must lie in [0, {vocab})", param="prompt")
+        room = self.max_model_len - n
+        max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        if max_tokens is None:
+            max_tokens = room
+        if max_tokens <= 0:
+            raise APIError(f"max_tokens={max_tokens}: must be at least 1", param="max_tokens")
+        if max_tokens > room:
+            raise APIError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {n + max_tokens} tokens ({n} in the prompt, {max_tokens} in the "
+                "completion). Reduce the prompt or max_tokens.",
+                param="max_tokens",
+            )
+        if req.temperature > 0 and not self.engine.sampler.probabilistic_available:
+            raise APIError(
+                "temperature > 0 is not available in this build: use temperature 0",
+                param="temperature",
+            )
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            seed=req.seed,
+            stop_token_ids=list(req.stop_token_ids or []),
+            ignore_eos=req.ignore_eos,
+        )
+
+    # ------------------------------------------------------------------ outputs
+    async def run(self, raw: bytes, http: Request, chat: bool) -> Response:
+        if not self.aengine.alive:
+            raise APIError("the engine is not running", 503)
+        req = parse(ChatCompletionRequest if chat else CompletionRequest, raw)
+        self.check_model(req.model)
+        prompt_ids = self.chat_prompt(req) if chat else self.completion_prompt(req)
+        params = self.sampling_params(req, prompt_ids)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        gen = self.aengine.generate(prompt_ids, params, rid)
+        if req.stream:
+            include_usage = bool((req.stream_options or {}).get("include_usage"))
+            body = self._stream(gen, rid, prompt_ids, chat, include_usage, req.return_token_ids)
+            return StreamingResponse(body, media_type="text/event-stream")
+        return await self._complete(gen, http, rid, prompt_ids, chat, req.return_token_ids)
+
+    def _usage(self, prompt_ids, out_ids):
+        n, m = len(prompt_ids), len(out_ids)
+        return {"prompt_tokens": n, "completion_tokens": m, "total_tokens": n + m}
+
+    async def _complete(self, gen, http: Request, rid, prompt_ids, chat, want_ids) -> Response:
+        detok = Detokenizer(self.tokenizer)
+        reason = None
+
+        async def collect():
+            nonlocal reason
+            async for out in gen:
+                detok.push(out.new_token_ids, final=out.finished)
+                reason = out.finish_reason
+
+        task = asyncio.ensure_future(collect())
+        # A non-streaming client that goes away must not keep its request running.
+        while not task.done():
+            await asyncio.wait([task], timeout=0.25)
+            if not task.done() and await http.is_disconnected():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await gen.aclose()
+                return Response(status_code=499)
+        exc = task.exception()
+        if exc is not None:
+            raise APIError(str(exc), 400 if isinstance(exc, ValueError) else 500)
+        choice = {"index": 0, "finish_reason": reason, "logprobs": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": detok.sent}
+        else:
+            choice["text"] = detok.sent
+        if want_ids:
+            choice["token_ids"], choice["prompt_token_ids"] = detok.ids, prompt_ids
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.name,
+                "choices": [choice],
+                "usage": self._usage(prompt_ids, detok.ids),
+            }
+        )
+
+    async def _stream(
+        self, gen, rid, prompt_ids, chat, include_usage, want_ids
+    ) -> AsyncIterator[str]:
+        detok = Detokenizer(self.tokenizer)
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choice: dict, usage=None) -> str:
+            body = {"id": rid, "object": obj, "created": created, "model": self.name}
+            body["choices"] = [choice] if choice is not None else []
+            if usage is not None:
+                body["usage"] = usage
+            return f"data: {json.dumps(body)}\n\n"
+
+        try:
+            if chat:
+                yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}})
+            async for out in gen:
+                text = detok.push(out.new_token_ids, final=out.finished)
+                choice = {"index": 0, "finish_reason": out.finish_reason, "logprobs": None}
+                if chat:
+                    choice["delta"] = {"content": text} if text else {}
+                else:
+                    choice["text"] = text
+                if want_ids:
+                    choice["token_ids"] = out.new_token_ids
+                yield chunk(choice)
+            if include_usage:
+                yield chunk(None, self._usage(prompt_ids, detok.ids))
+        except Exception as e:  # headers are sent: report in-band, as vLLM does
+            err = {"error": {"message": str(e), "type": "InternalServerError", "code": 500}}
+            yield f"data: {json.dumps(err)}\n\n"
+        finally:
+            # On client disconnect Starlette cancels this generator; closing `gen` aborts the
+            # request in the engine.
+            await gen.aclose()
+        yield "data: [DONE]\n\n"
+
+
+def build_app(engine: Engine, served_model_name: str) -> FastAPI:
+    """The FastAPI app; the engine thread starts and stops with the app's lifespan."""
+    srv = Server(engine, served_model_name)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        srv.aengine.start()
+        yield
+        srv.aengine.shutdown()
+
+    app = FastAPI(title="dspark", lifespan=lifespan)
+    app.state.server = srv
+
+    @app.exception_handler(APIError)
+    async def _api_error(_req, exc: APIError):
+        return exc.response()
+
+    @app.get("/health")
+    async def health():
+        if not srv.aengine.alive:
+            return JSONResponse({"status": "engine dead"}, status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models():
+        card = {
+            "id": srv.name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "dspark",
+            "root": engine.opts.target,
+            "max_model_len": srv.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(render(srv.registry), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await srv.run(await request.body(), request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await srv.run(await request.body(), request, chat=True)
+
+    return app
+
+
+def run_server(
+    opts: EngineOptions, host: str, port: int, served_model_name: str | None = None
+) -> None:
+    """Load the engine from `opts` and serve until interrupted (blocking)."""
+    import uvicorn
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    engine = Engine.from_options(opts)
+    name = served_model_name or opts.target
+    mode = f"DSpark N={engine.num_spec}" if engine.num_spec else "target-only"
+    logger.info("serving %s (%s) on http://%s:%d", name, mode, host, port)
+    uvicorn.run(build_app(engine, name), host=host, port=port, log_level="info")

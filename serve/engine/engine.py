@@ -1,0 +1,356 @@
+"""`Engine`: DSpark speculative decoding (or target-only decoding) with continuous batching.
+
+One `step()`:
+1. admit waiting requests into free slots and prefill them in padded target forwards (grouped
+   by length so padding stays under half the tokens): the captured aux states of positions
+   0..P-1 become each request's draft context, the logits at P-1 give the first token = the
+   first anchor, at position P;
+2. one round for every request that was already running:
+   - speculative: draft step (batched backbone + Markov loop, `DraftRunner.propose`) -> ONE
+     batched target forward over `[anchor, d_1..d_N]` giving the verification logits and the
+     aux states of those positions -> accept (greedy: while draft == target argmax; else
+     rejection sampling) + bonus token -> the draft context gains the anchor and the accepted
+     drafts only, the target KV slot's valid length stops at the same place (the bonus is the
+     next anchor, not yet run through the target);
+   - target-only: one batched target forward over the anchors.
+New requests are prefilled in the step they are admitted and join the rounds from the next
+step, so their first token is never delayed by a round.
+
+Verification is batched across requests (one forward over [R, N+1] with per-request KV slots
+and a 4D mask), not run per request: measured on CPU (scripts/bench_engine.py) one batched
+verify forward at R=4 costs 2.5-3.6x less than four per-request forwards, and the padding it
+needs is nil (every row has N+1 queries; only key lengths differ, bucketed to 64).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+
+import torch
+from torch import nn
+
+from serve.engine.draft_runner import DraftRunner
+from serve.engine.kv_cache import round_up
+from serve.engine.loader import (
+    check_pair,
+    check_target,
+    eos_ids,
+    load_models,
+    resolve_num_speculative_tokens,
+)
+from serve.engine.options import EngineOptions, OptionsError
+from serve.engine.request import Request, RequestOutput, SamplingParams, Status
+from serve.engine.sampler import Sampler, plan_verify_lengths
+from serve.engine.scheduler import Scheduler
+from serve.engine.stats import EngineStats, SpecDecodeStats, StatLogger
+from serve.engine.target_runner import TargetRunner
+
+logger = logging.getLogger("serve.engine")
+KV_BUCKET = 64  # key/context lengths are rounded up to this so forward shapes repeat
+
+
+class Engine:
+    """Build with `Engine.from_options(opts)` (loads from disk) or `Engine(target, draft, opts)`.
+
+    Methods: `add_request`, `abort_request`, `step`, `has_unfinished`, `generate`; counters in
+    `stats` (`EngineStats`, vLLM's spec-decode names). Single-threaded: drive it from one thread.
+    """
+
+    def __init__(
+        self,
+        target: nn.Module,
+        draft: nn.Module | None,
+        opts: EngineOptions,
+        tokenizer=None,
+        eos_token_ids: list[int] | None = None,
+    ):
+        check_target(target)
+        self.opts, self.tokenizer = opts, tokenizer
+        self.device = next(target.parameters()).device
+        self.target_model, self.draft_model = target, draft
+        self.eos_token_ids = eos_ids(target, tokenizer) if eos_token_ids is None else eos_token_ids
+        self.num_spec = 0
+        if draft is not None:
+            check_pair(target, draft.config, tokenizer)
+            self.num_spec = resolve_num_speculative_tokens(opts, draft.config)
+            if opts.adaptive_verification and draft.config.enable_confidence_head is False:
+                raise OptionsError(
+                    "adaptive_verification needs a draft with a confidence head "
+                    "(enable_confidence_head=true)."
+                )
+        # A round writes positions p..p+N with p <= max_model_len - 1.
+        capacity = round_up(opts.max_model_len + self.num_spec + 1, KV_BUCKET)
+        layer_ids = draft.config.target_layer_ids if draft is not None else None
+        self.target = TargetRunner(target, layer_ids, opts.max_num_seqs, capacity, KV_BUCKET)
+        self.drafter = (
+            DraftRunner(draft, opts.max_num_seqs, capacity, self.num_spec, KV_BUCKET)
+            if draft is not None
+            else None
+        )
+        topk = draft.config.dspark_draft_topk if draft is not None else None
+        self.sampler = Sampler(opts.draft_sampling, topk)
+        self.sps = self._sps_table() if opts.adaptive_verification else None
+        self.scheduler = Scheduler(opts.max_num_seqs)
+        self.requests: dict[str, Request] = {}
+        self.stats = EngineStats(SpecDecodeStats(self.num_spec))
+        self.stat_logger = StatLogger()
+        self._ids = itertools.count()
+        self._pending: list[RequestOutput] = []
+
+    def _sps_table(self):
+        """The steps-per-second table adaptive verification maximises against: loaded from
+        `opts.sps_table`, else profiled now on the target forward (one row of n tokens)."""
+        if self.sampler.lib is None:
+            raise OptionsError("adaptive_verification needs common.sampling, which is missing.")
+        table_cls = self.sampler.lib.SPSTable
+        if self.opts.sps_table:
+            return table_cls.load(self.opts.sps_table)
+        top = self.opts.max_num_seqs * (self.num_spec + 1)
+        sizes = sorted({1, *[2**i for i in range(top.bit_length())], top})
+        ids = torch.zeros(1, top, dtype=torch.long)
+        zero = torch.zeros(1, dtype=torch.long)
+        # Slot 0 is free at start-up; whatever the profile writes there is overwritten later.
+        table = self.sampler.lib.profile_sps(
+            lambda n: self.target.forward([0], ids[:, :n], zero), sizes, warmup=1, iters=2
+        )
+        logger.info("profiled SPS table: %s", dict(zip(table.sizes, table.sps, strict=True)))
+        return table
+
+    def _clock(self) -> float:
+        if self.device.type == "cuda":  # time the work, not its launch
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @classmethod
+    def from_options(cls, opts: EngineOptions) -> Engine:
+        target, draft, tokenizer = load_models(opts)
+        return cls(target, draft, opts, tokenizer)
+
+    # ------------------------------------------------------------------ requests
+    def add_request(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Queue a request; raises ValueError for an empty or too long prompt."""
+        params = params or SamplingParams()
+        n = next(self._ids)
+        request_id = request_id or f"req-{n}"
+        if request_id in self.requests:
+            raise ValueError(f"duplicate request id {request_id!r}")
+        if not prompt_ids:
+            raise ValueError("empty prompt: give at least one token")
+        if len(prompt_ids) >= self.opts.max_model_len:
+            raise ValueError(
+                f"prompt has {len(prompt_ids)} tokens; max_model_len={self.opts.max_model_len} "
+                "leaves no room to generate"
+            )
+        vocab = self.target.lm_head.weight.shape[0]
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        seed = params.seed if params.seed is not None else (self.opts.seed << 32) + n
+        req = Request(request_id, list(prompt_ids), params, seed)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        return request_id
+
+    def abort_request(self, request_id: str) -> bool:
+        """Cancel a waiting or running request; its final output (reason "abort") comes with
+        the next `step()`. False if unknown or already finished."""
+        req = self.requests.get(request_id)
+        if req is None or req.status is Status.FINISHED:
+            return False
+        self._finish(req, "abort")
+        self._pending.append(RequestOutput(request_id, [], True, "abort"))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.num_unfinished > 0 or bool(self._pending)
+
+    # ------------------------------------------------------------------ stepping
+    @torch.no_grad()
+    def step(self) -> list[RequestOutput]:
+        """Admit + prefill new requests, then one decoding round for the others."""
+        outputs, self._pending = self._pending, []
+        previously_running = self.scheduler.running_by_slot()
+        new = self.scheduler.admit()
+        if new:
+            outputs += self._prefill(new)
+        if previously_running:
+            if self.drafter is not None:
+                outputs += self._spec_round(previously_running)
+            else:
+                outputs += self._target_round(previously_running)
+        with self.stats._lock:
+            self.stats.steps += 1
+            self.stats.num_running = len(self.scheduler.running)
+            self.stats.num_waiting = len(self.scheduler.waiting)
+        if self.drafter is not None:
+            self.stat_logger.maybe_log(self.stats)
+        for o in outputs:
+            if o.finished:
+                self.requests.pop(o.request_id, None)
+        return outputs
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[list[int]]:
+        """Run the given prompts to completion (batched), returning their output ids in order."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+        out: dict[str, list[int]] = {i: [] for i in ids}
+        done: set[str] = set()
+        while len(done) < len(ids):
+            for o in self.step():
+                if o.request_id in out:
+                    out[o.request_id] += o.new_token_ids
+                    if o.finished:
+                        done.add(o.request_id)
+        return [out[i] for i in ids]
+
+    # ------------------------------------------------------------------ phases
+    def _batch_params(self, reqs: list[Request]):
+        temps = torch.tensor([r.params.temperature for r in reqs], dtype=torch.float32)
+        seeds = torch.tensor([r.seed for r in reqs], dtype=torch.long)
+        return temps.to(self.device), seeds.to(self.device)
+
+    def _prefill(self, reqs: list[Request]) -> list[RequestOutput]:
+        results = []
+        for group in prefill_groups(reqs):
+            results += self._prefill_group(group)
+        return results
+
+    def _prefill_group(self, reqs: list[Request]) -> list[RequestOutput]:
+        t0 = self._clock()
+        rows = [r.slot for r in reqs]
+        lens = torch.tensor([len(r.prompt_ids) for r in reqs])
+        ids = torch.zeros(len(reqs), int(lens.max()), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, : len(r.prompt_ids)] = torch.tensor(r.prompt_ids)
+        start = torch.zeros(len(reqs), dtype=torch.long)
+        out = self.target.forward(rows, ids, start, (lens - 1).view(-1, 1))
+        t1 = self._clock()
+        if self.drafter is not None:
+            self.drafter.write_context(rows, out.aux, start)
+        t2 = self._clock()
+        temps, seeds = self._batch_params(reqs)
+        lens = lens.to(self.device)
+        first = self.sampler.sample_target(out.logits[:, 0], temps, seeds, lens - 1).tolist()
+        results = []
+        for r, tok in zip(reqs, first, strict=True):
+            r.num_computed = len(r.prompt_ids)
+            results.append(self._emit(r, [tok]))
+        with self.stats._lock:
+            self.stats.prompt_tokens += int(lens.sum())
+            self.stats.time_prefill += t1 - t0
+            self.stats.time_context += t2 - t1
+        return results
+
+    def _spec_round(self, reqs: list[Request]) -> list[RequestOutput]:
+        rows = [r.slot for r in reqs]
+        anchors = torch.tensor([r.anchor for r in reqs], device=self.device)
+        lens = torch.tensor([r.num_computed for r in reqs], device=self.device)  # p
+        temps, seeds = self._batch_params(reqs)
+        prop = self.drafter.propose(
+            rows, anchors, lens, self.sampler, temps, seeds, self.sps is not None
+        )
+        t0 = self._clock()
+        if self.sps is not None:
+            verify_len = plan_verify_lengths(prop.walk.confidence, self.sps).verify_len
+        else:
+            verify_len = torch.full((len(reqs),), self.num_spec, device=self.device)
+        # Static N+1 queries unless adaptive verification shortened every row's block.
+        q = int(verify_len.max()) + 1
+        walk = prop.walk.head(q - 1)
+        out = self.target.forward(rows, torch.cat([anchors.view(-1, 1), walk.draft_ids], 1), lens)
+        verdict = self.sampler.verify(out.logits, walk, temps, seeds, lens + 1, verify_len)
+        t1 = self._clock()
+        # The draft context gains positions p..p+a (anchor + accepted drafts): rows are written
+        # whole, the rejected tail lies past the new length and is overwritten next round.
+        self.drafter.write_context(rows, out.aux, lens)
+        t2 = self._clock()
+        accepted = verdict.num_accepted.tolist()
+        tokens = verdict.tokens.tolist()
+        per_pos = verdict.accepted.sum(0).tolist()
+        spec = self.stats.spec
+        with self.stats._lock:
+            spec.num_drafts += len(reqs)
+            spec.num_draft_tokens += int(verify_len.sum())
+            spec.num_accepted_tokens += sum(accepted)
+            for k, c in enumerate(per_pos):
+                spec.num_accepted_tokens_per_pos[k] += int(c)
+            self.stats.time_backbone += prop.backbone_s
+            self.stats.time_markov += prop.markov_s
+            self.stats.time_verify += t1 - t0
+            self.stats.time_context += t2 - t1
+        results = []
+        for r, a, row in zip(reqs, accepted, tokens, strict=True):
+            r.num_computed += a + 1
+            out = self._emit(r, row[: a + 1])
+            out.num_accepted = a
+            results.append(out)
+        return results
+
+    def _target_round(self, reqs: list[Request]) -> list[RequestOutput]:
+        t0 = self._clock()
+        rows = [r.slot for r in reqs]
+        anchors = torch.tensor([[r.anchor] for r in reqs])
+        lens = torch.tensor([r.num_computed for r in reqs], device=self.device)
+        out = self.target.forward(rows, anchors, lens)
+        temps, seeds = self._batch_params(reqs)
+        toks = self.sampler.sample_target(out.logits[:, 0], temps, seeds, lens).tolist()
+        with self.stats._lock:
+            self.stats.time_verify += self._clock() - t0
+        results = []
+        for r, tok in zip(reqs, toks, strict=True):
+            r.num_computed += 1
+            results.append(self._emit(r, [tok]))
+        return results
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _emit(self, req: Request, tokens: list[int]) -> RequestOutput:
+        """Append tokens up to the first stop condition; finish the request if one is hit."""
+        p = req.params
+        stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.eos_token_ids))
+        new, reason = [], None
+        for t in tokens:
+            new.append(t)
+            req.output_ids.append(t)
+            if t in stops:
+                reason = "stop"
+            elif len(req.output_ids) >= p.max_tokens or req.total_len >= self.opts.max_model_len:
+                reason = "length"
+            if reason:
+                break
+        with self.stats._lock:
+            self.stats.generation_tokens += len(new)
+        if reason:
+            self._finish(req, reason)
+        return RequestOutput(req.request_id, new, reason is not None, reason)
+
+    def _finish(self, req: Request, reason: str) -> None:
+        self.scheduler.finish(req, reason)
+        with self.stats._lock:
+            if reason == "abort":
+                self.stats.requests_aborted += 1
+            else:
+                self.stats.requests_finished += 1
+
+
+def prefill_groups(reqs: list[Request], max_pad_fraction: float = 0.5) -> list[list[Request]]:
+    """Split newly admitted requests into padded prefill batches: by ascending prompt length,
+    a group grows while its padding stays <= `max_pad_fraction` of its padded tokens."""
+    groups: list[list[Request]] = []
+    for r in sorted(reqs, key=lambda r: len(r.prompt_ids)):
+        g = groups[-1] if groups else None
+        if g is not None:
+            real = sum(len(x.prompt_ids) for x in g) + len(r.prompt_ids)
+            padded = (len(g) + 1) * len(r.prompt_ids)  # r is the longest so far
+            if padded - real <= max_pad_fraction * padded:
+                g.append(r)
+                continue
+        groups.append([r])
+    return [sorted(g, key=lambda r: r.slot) for g in groups]

@@ -1,0 +1,160 @@
+"""The engine's one sampling seam: the Markov walk, target sampling and verification.
+
+Everything random in the engine goes through `Sampler`. The probabilistic backend is
+`common.sampling` (keyed Gumbel sampling, the Markov walk with its sampled-from distributions,
+lossless rejection verification with per-request verify lengths). Without it the seam falls back
+to a minimal greedy implementation (argmax walk, exact-match verification) and refuses
+temperature > 0.
+
+Keys follow vLLM's DSpark speculator: the draw producing the token at position P is keyed by
+(request seed, P - 1); drafting, accept uniforms and target/bonus draws use separate streams.
+A request with temperature <= 0 is greedy whatever the engine mode; with
+draft_sampling="greedy" drafts are argmax at any temperature and verified as point masses
+(still lossless).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+try:  # the probabilistic backend; optional so greedy serving never depends on it
+    import common.sampling as _lib
+    from common.sampling import plan_verify_lengths
+except ImportError:  # pragma: no cover - exercised only where common.sampling is absent
+    _lib = plan_verify_lengths = None
+
+
+@dataclass
+class Walk:
+    """draft_ids: [R, N] target ids; draft_probs: what they were sampled from (backend object,
+    None for greedy drafts); confidence: [R, N] fp32 or None."""
+
+    draft_ids: torch.Tensor
+    draft_probs: object | None
+    confidence: torch.Tensor | None
+
+    def head(self, m: int) -> Walk:
+        """The first m slots (adaptive verification runs the target on fewer drafts)."""
+        if m == self.draft_ids.shape[1]:
+            return self
+        dp = self.draft_probs
+        if dp is not None:  # common.sampling.DraftProbs: [R, N, C] rows, cols [C] or [R, N, C]
+            cols = dp.cols if dp.cols is None or dp.cols.dim() == 1 else dp.cols[:, :m]
+            dp = type(dp)(dp.probs[:, :m], cols, dp.token_probs[:, :m], dp.vocab_size)
+        conf = None if self.confidence is None else self.confidence[:, :m]
+        return Walk(self.draft_ids[:, :m], dp, conf)
+
+
+@dataclass
+class Verdict:
+    """num_accepted: [R] a_r; tokens: [R, N+1], row r's output is tokens[r, :a_r + 1] (accepted
+    drafts then the bonus/correction token); accepted: [R, N] bool prefix mask."""
+
+    num_accepted: torch.Tensor
+    tokens: torch.Tensor
+    accepted: torch.Tensor
+
+
+def greedy_walk(model, base, hidden, anchors, want_confidence: bool) -> Walk:
+    """Argmax Markov walk (fallback). base: [R, N, Vd], hidden: [R, N, H], anchors: [R]."""
+    prev, state, ids, embeds = anchors, None, [], []
+    for j in range(base.shape[1]):
+        bias, e, state = model.markov_step(prev, hidden[:, j], state)
+        prev = model.map_draft_to_target((base[:, j] + bias).argmax(-1))  # [R] target ids
+        ids.append(prev)
+        embeds.append(e)
+    conf = None
+    if want_confidence:
+        r, n = base.shape[:2]
+        emb = torch.stack(embeds, 1).flatten(0, 1)
+        conf = model.compute_confidence(hidden.flatten(0, 1), emb).float().view(r, n)
+    return Walk(torch.stack(ids, 1), None, conf)
+
+
+def greedy_verify(target_logits, draft_ids, verify_len) -> Verdict:
+    """Accept while draft == target argmax (fallback). target_logits: [R, N+1, V]."""
+    target_ids = target_logits.argmax(-1)  # [R, N+1]
+    n = draft_ids.shape[1]
+    offered = torch.arange(n, device=draft_ids.device) < verify_len.view(-1, 1)
+    accepted = ((draft_ids == target_ids[:, :n]) & offered).long().cumprod(1).bool()
+    # Accepted drafts equal the target's argmax, so the output row is target_ids itself.
+    return Verdict(accepted.sum(1), target_ids, accepted)
+
+
+class Sampler:
+    """mode: "greedy" | "probabilistic" drafting; topk: the checkpoint's dspark_draft_topk.
+
+    Per-row tensors: temperature [R] float, seeds [R] int64.
+    """
+
+    def __init__(self, mode: str, topk: int | None = None):
+        self.mode, self.topk = mode, topk
+        self.lib = _lib
+
+    @property
+    def probabilistic_available(self) -> bool:
+        return self.lib is not None
+
+    def _check(self, temperature: torch.Tensor) -> bool:
+        """True if any row samples; raises when that needs the missing backend."""
+        random = bool((temperature > 0).any())
+        if random and self.lib is None:
+            raise NotImplementedError(
+                "temperature > 0 needs common.sampling, which is not installed: use temperature 0"
+            )
+        return random
+
+    def walk(self, model, base, hidden, anchors, temperature, seeds, first_pos, want_confidence):
+        """The sequential stage. base: [R, N, Vd] base logits U, hidden: [R, N, H], anchors: [R]
+        target ids, first_pos: [R] position P_0 = p + 1 of draft slot 0 (slot k keyed P_0+k-1)."""
+        random = self._check(temperature) and self.mode == "probabilistic"
+        if self.lib is None or (not random and self.topk is None):
+            # All-greedy rounds skip the backend: it draws (and discards) Gumbel noise for
+            # greedy rows to keep shapes static, which costs more than the argmax itself here.
+            return greedy_walk(model, base, hidden, anchors, want_confidence)
+        temp = temperature if random else torch.zeros_like(temperature)
+        out = self.lib.markov_walk(
+            model,
+            base,
+            hidden,
+            anchors,
+            temp,
+            seeds,
+            first_pos,
+            topk=self.topk,
+            probs="compact" if random else "none",
+            with_confidence=want_confidence,
+        )
+        return Walk(out.draft_ids, out.draft_probs, out.confidence)
+
+    def sample_target(self, logits, temperature, seeds, key_pos) -> torch.Tensor:
+        """[R, V] target logits -> [R] ids; key_pos = the sampled token's position - 1."""
+        if not self._check(temperature):
+            return logits.argmax(-1)
+        lib = self.lib
+        return lib.gumbel_sample(logits, temperature, seeds, key_pos, stream=lib.Stream.TARGET)
+
+    def verify(
+        self, target_logits, walk: Walk, temperature, seeds, first_pos, verify_len
+    ) -> Verdict:
+        """target_logits: [R, N+1, V] after the anchor and each draft; verify_len: [R] drafts
+        to verify (adaptive verification; N otherwise)."""
+        r, n = walk.draft_ids.shape
+        if n == 0:  # nothing verified anywhere: the bonus is plain sampling from row 0
+            tok = self.sample_target(target_logits[:, 0], temperature, seeds, first_pos - 1)
+            none = walk.draft_ids.new_zeros(r)
+            return Verdict(none, tok.view(r, 1), none.new_zeros(r, 0, dtype=torch.bool))
+        if not self._check(temperature):
+            return greedy_verify(target_logits, walk.draft_ids, verify_len)
+        out = self.lib.rejection_verify(
+            walk.draft_ids,
+            walk.draft_probs,
+            target_logits,
+            temperature,
+            seeds,
+            first_pos,
+            verify_len,
+        )
+        return Verdict(out.num_accepted, out.output_ids, out.accepted)

@@ -1,0 +1,112 @@
+"""Engine counters, named as vLLM names them, and the periodic log line.
+
+Speculative counters are pooled (sum, count) pairs, divided only when reported:
+mean acceptance length = 1 + num_accepted_tokens / num_drafts; per-position acceptance rate
+= num_accepted_tokens_per_pos[k] / num_drafts. One "draft" = one request in one round.
+Acceptance is counted before stop/max_tokens truncation, as vLLM's rejection sampler does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+logger = logging.getLogger("serve.engine")
+
+
+@dataclass
+class SpecDecodeStats:
+    num_speculative_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.num_accepted_tokens_per_pos:
+            self.num_accepted_tokens_per_pos = [0] * self.num_speculative_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """1 + accepted / drafts (tokens emitted per draft round, bonus included)."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
+
+    def per_position_rate(self) -> list[float]:
+        d = self.num_drafts or 1
+        return [a / d for a in self.num_accepted_tokens_per_pos]
+
+    def copy(self) -> SpecDecodeStats:
+        return SpecDecodeStats(
+            self.num_speculative_tokens,
+            self.num_drafts,
+            self.num_draft_tokens,
+            self.num_accepted_tokens,
+            list(self.num_accepted_tokens_per_pos),
+        )
+
+
+@dataclass
+class EngineStats:
+    """Everything the engine counts; `snapshot()` is safe to call from another thread."""
+
+    spec: SpecDecodeStats
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    steps: int = 0
+    num_running: int = 0
+    num_waiting: int = 0
+    # Wall time by phase (seconds): the draft step's two stages, target forwards, context K/V.
+    time_backbone: float = 0.0
+    time_markov: float = 0.0
+    time_verify: float = 0.0
+    time_prefill: float = 0.0
+    time_context: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def snapshot(self) -> EngineStats:
+        with self._lock:
+            d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k[0] != "_"}
+            d["spec"] = self.spec.copy()
+            return EngineStats(**d)
+
+
+class StatLogger:
+    """Logs vLLM's "SpecDecoding metrics" line every `interval` seconds (deltas since the last)."""
+
+    def __init__(self, interval: float = 10.0):
+        self.interval = interval
+        self._last_t = time.monotonic()
+        self._last = SpecDecodeStats()
+
+    def maybe_log(self, stats: EngineStats, force: bool = False) -> str | None:
+        now = time.monotonic()
+        if not force and now - self._last_t < self.interval:
+            return None
+        s = stats.spec
+        drafts = s.num_drafts - self._last.num_drafts
+        if drafts <= 0:
+            return None
+        acc = s.num_accepted_tokens - self._last.num_accepted_tokens
+        drafted = s.num_draft_tokens - self._last.num_draft_tokens
+        last_pos = self._last.num_accepted_tokens_per_pos or [0] * len(
+            s.num_accepted_tokens_per_pos
+        )
+        per_pos = [
+            (a - b) / drafts for a, b in zip(s.num_accepted_tokens_per_pos, last_pos, strict=True)
+        ]
+        dt = max(now - self._last_t, 1e-9)
+        line = (
+            f"SpecDecoding metrics: Mean acceptance length: {1 + acc / drafts:.2f}, "
+            f"Accepted throughput: {acc / dt:.2f} tokens/s, "
+            f"Drafted throughput: {drafted / dt:.2f} tokens/s, "
+            f"Accepted: {acc} tokens, Drafted: {drafted} tokens, "
+            f"Per-position acceptance rate: {', '.join(f'{r:.3f}' for r in per_pos)}, "
+            f"Avg Draft acceptance rate: {100 * acc / max(drafted, 1):.1f}%"
+        )
+        logger.info(line)
+        self._last_t, self._last = now, s.copy()
+        return line

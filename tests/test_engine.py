@@ -1,0 +1,349 @@
+"""The embedded engine against independent references (CPU, tiny float64 models).
+
+- greedy: token-for-token equal to HF `generate` on the target, both layouts, full and reduced
+  draft vocab, batch 1 and continuous batching with more requests than slots;
+- probabilistic: the law of every generated token equals the target's (exact Markov-chain
+  reference on a context-free target), outputs reproducible and batch-invariant per seed;
+- counters: tokens per round = accepted + 1, vLLM's counters consistent with each other;
+- adaptive verification: verifying nothing reproduces target-only sampling exactly;
+- stops, aborts and option validation.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from serve.engine import Engine, EngineOptions, OptionsError, SamplingParams
+from serve.engine.loader import check_pair
+from tests.test_engine_helpers import (
+    EOS,
+    V,
+    make_draft,
+    make_target,
+    reference_greedy,
+    save_draft,
+    save_target,
+    transition_matrix,
+)
+
+PROMPTS = [[5, 7, 9], [11, 12, 13, 14, 15, 16, 17, 18, 19], [20], [30, 31, 32, 33, 34], [40, 41]]
+MAX_TOKENS = [17, 9, 23, 12, 20]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny matmuls on 2 contended cores are 100x slower multi-threaded.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def make_engine(target, draft, eos=(), **kw) -> Engine:
+    kw.setdefault("max_model_len", 96)
+    opts = EngineOptions(
+        target="<memory>", checkpoint=None if draft is None else "<memory>", dtype="float64", **kw
+    )
+    return Engine(target, draft, opts, eos_token_ids=list(eos))
+
+
+def greedy_params():
+    return [SamplingParams(max_tokens=n) for n in MAX_TOKENS]
+
+
+def sampled_params(temperature: float = 1.0):
+    return [
+        SamplingParams(max_tokens=n, temperature=temperature, seed=i)
+        for i, n in enumerate(MAX_TOKENS)
+    ]
+
+
+# ---------------------------------------------------------------------- greedy exactness
+@pytest.mark.parametrize("tuned", [False, True], ids=["random-draft", "tuned-draft"])
+@pytest.mark.parametrize("draft_vocab", [None, 40], ids=["full-vocab", "reduced-vocab"])
+@pytest.mark.parametrize("sample_from_anchor", [True, False], ids=["anchor-first", "1+N"])
+def test_greedy_equals_target_generate(sample_from_anchor, draft_vocab, tuned):
+    # A tuned draft needs a context-free target; the random draft runs on a full random target.
+    target = make_target(0, predictable=tuned)
+    draft = make_draft(target, sample_from_anchor, draft_vocab, tuned)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+
+    solo = make_engine(target, draft, draft_sampling="greedy", max_num_seqs=1)
+    for p, n, ref in zip(PROMPTS, MAX_TOKENS, refs):
+        assert solo.generate([p], SamplingParams(max_tokens=n)) == [ref]
+
+    # 5 requests of different lengths through 3 slots: later ones join mid-run.
+    batched = make_engine(target, draft, max_num_seqs=3)
+    assert batched.generate(PROMPTS, greedy_params()) == refs
+    spec = batched.stats.spec
+    assert spec.num_drafts > 0 and spec.num_draft_tokens == spec.num_drafts * (
+        draft.config.num_speculative_tokens
+    )
+    if tuned:
+        assert spec.num_accepted_tokens > 0
+        assert spec.mean_acceptance_length > 1.5
+
+
+def test_target_only_equals_generate():
+    target = make_target(3)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    eng = make_engine(target, None, max_num_seqs=2)
+    assert eng.generate(PROMPTS, greedy_params()) == refs
+    assert eng.num_spec == 0 and eng.stats.spec.num_drafts == 0
+
+
+def test_fewer_speculative_tokens_than_layout():
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, None, tuned=True, block_size=5)
+    eng = make_engine(target, draft, num_speculative_tokens=2)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    assert eng.generate(PROMPTS, greedy_params()) == refs
+    assert eng.stats.spec.num_accepted_tokens_per_pos.__len__() == 2
+    assert eng.stats.spec.mean_acceptance_length == pytest.approx(3.0)
+
+
+# ---------------------------------------------------------------------- counters
+@pytest.mark.parametrize("tuned", [False, True])
+def test_counters_add_up(tuned):
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, 40, tuned=tuned, strength=4.0)
+    eng = make_engine(target, draft, max_num_seqs=3)
+    for p, n in zip(PROMPTS, MAX_TOKENS):
+        eng.add_request(p, SamplingParams(max_tokens=n))
+    rounds, accepted, emitted_full = 0, 0, 0
+    total = 0
+    while eng.has_unfinished():
+        for o in eng.step():
+            total += len(o.new_token_ids)
+            if o.num_accepted is None:  # the prefill token
+                assert len(o.new_token_ids) == 1
+                continue
+            rounds += 1
+            accepted += o.num_accepted
+            if o.finished:  # max_tokens may cut a round short
+                assert 1 <= len(o.new_token_ids) <= o.num_accepted + 1
+            else:
+                assert len(o.new_token_ids) == o.num_accepted + 1
+                emitted_full += len(o.new_token_ids)
+    s = eng.stats
+    spec = s.spec
+    assert total == sum(MAX_TOKENS) == s.generation_tokens
+    assert spec.num_drafts == rounds and spec.num_accepted_tokens == accepted
+    assert sum(spec.num_accepted_tokens_per_pos) == spec.num_accepted_tokens
+    per_pos = spec.num_accepted_tokens_per_pos
+    assert all(a >= b for a, b in zip(per_pos, per_pos[1:]))  # accepted prefixes
+    assert spec.mean_acceptance_length == pytest.approx(1 + accepted / rounds)
+    assert s.time_backbone > 0 and s.time_markov > 0 and s.time_verify > 0
+    line = eng.stat_logger.maybe_log(s, force=True)
+    assert f"Mean acceptance length: {spec.mean_acceptance_length:.2f}" in line
+    if tuned:
+        assert accepted > 0
+
+
+# ---------------------------------------------------------------------- probabilistic
+def tv_check(outs: torch.Tensor, start_token: int, P: torch.Tensor):
+    """Every position's empirical law vs the exact chain law e_v P^(k+1); returns the TVs."""
+    m = outs.shape[0]
+    law = torch.zeros(V, dtype=torch.float64)
+    law[start_token] = 1.0
+    tvs = []
+    for k in range(outs.shape[1]):
+        law = law @ P
+        emp = torch.bincount(outs[:, k], minlength=V).double() / m
+        tv = 0.5 * (emp - law).abs().sum().item()
+        # E|emp - p| <= sqrt(p (1 - p) / m): a 2.5x margin over the expected TV keeps the
+        # false-alarm rate negligible, while a wrong law (e.g. the draft's) is off by >> 0.1.
+        bound = 0.5 * (law * (1 - law) / m).sqrt().sum().item()
+        assert tv < 2.5 * bound + 0.01, f"position {k}: TV {tv:.3f} (noise ~{bound:.3f})"
+        tvs.append(tv)
+    return tvs
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["tuned-sharp", "tuned-soft-reduced", "random-draft", "greedy-drafts-1+N"],
+)
+def test_probabilistic_output_law_equals_target(case):
+    target = make_target(0, predictable=True, sharpness=30.0)
+    sampling = "greedy" if case.startswith("greedy") else "probabilistic"
+    draft = {
+        "tuned-sharp": lambda: make_draft(target, True, None, tuned=True),
+        "tuned-soft-reduced": lambda: make_draft(target, True, 40, tuned=True, strength=3.0),
+        "random-draft": lambda: make_draft(target, True, None),
+        "greedy-drafts-1+N": lambda: make_draft(target, False, None, tuned=True, strength=3.0),
+    }[case]()
+    temp = 0.8
+    eng = make_engine(target, draft, draft_sampling=sampling, max_num_seqs=64)
+    m, k = 1500, 4
+    prompt = [5, 7, 9]
+    params = [SamplingParams(max_tokens=k, temperature=temp, seed=s) for s in range(m)]
+    outs = torch.tensor(eng.generate([prompt] * m, params))
+    tv_check(outs, prompt[-1], transition_matrix(target, temp))
+    if case != "random-draft":  # accept and reject-with-residual paths both exercised
+        spec = eng.stats.spec
+        assert 0 < spec.num_accepted_tokens < spec.num_draft_tokens
+
+
+def test_probabilistic_reproducible_and_batch_invariant():
+    target = make_target(1)
+    draft = make_draft(target, True, 40)
+    p = SamplingParams(max_tokens=15, temperature=1.0, seed=1234)
+    alone = make_engine(target, draft).generate([PROMPTS[1]], p)[0]
+    others = [SamplingParams(max_tokens=n, temperature=0.7, seed=i) for i, n in enumerate((9, 4))]
+    greedy = SamplingParams(max_tokens=12)
+    mixed = make_engine(target, draft, max_num_seqs=2).generate(
+        [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[3]], [others[0], p, others[1], greedy]
+    )
+    assert mixed[1] == alone
+    # A greedy row inside a sampling batch stays exactly greedy.
+    assert mixed[3] == reference_greedy(target, PROMPTS[3], 12)
+    other_seed = SamplingParams(max_tokens=15, temperature=1.0, seed=99)
+    assert make_engine(target, draft).generate([PROMPTS[1]], other_seed)[0] != alone
+
+
+# ---------------------------------------------------------------------- adaptive verification
+def sps_table(tmp_path, sps):
+    from common.sampling import SPSTable
+
+    path = tmp_path / "sps.json"
+    SPSTable(list(range(1, 65)), [float(sps(n)) for n in range(1, 65)]).save(path)
+    return str(path)
+
+
+def test_adaptive_verifying_nothing_is_plain_sampling(tmp_path):
+    target = make_target(2)
+    draft = make_draft(target, True, None)
+    # Steps/s collapsing with size: admitting any draft never improves Theta.
+    table = sps_table(tmp_path, lambda n: 10.0 ** (-3 * n))
+    params = [
+        SamplingParams(max_tokens=n, temperature=1.0, seed=i) for i, n in enumerate(MAX_TOKENS)
+    ]
+    ada = make_engine(target, draft, adaptive_verification=True, sps_table=table, max_num_seqs=3)
+    plain = make_engine(target, None, max_num_seqs=2)
+    assert ada.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
+    assert ada.stats.spec.num_draft_tokens == 0 and ada.stats.spec.num_drafts > 0
+
+
+def test_adaptive_greedy_still_exact_and_full_table_verifies_all(tmp_path):
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, None, tuned=True, strength=4.0)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    profiled = make_engine(target, draft, adaptive_verification=True, max_num_seqs=3)
+    assert profiled.generate(PROMPTS, greedy_params()) == refs
+    # Constant steps/s: every draft with confidence > 0 improves Theta, so all are verified and
+    # sampling matches non-adaptive decoding draw for draw.
+    flat = sps_table(tmp_path, lambda n: 100.0)
+    params = [
+        SamplingParams(max_tokens=n, temperature=1.0, seed=i) for i, n in enumerate(MAX_TOKENS)
+    ]
+    ada = make_engine(target, draft, adaptive_verification=True, sps_table=flat)
+    full = make_engine(target, draft)
+    assert ada.generate(PROMPTS, params) == full.generate(PROMPTS, params)
+    assert ada.stats.spec.num_draft_tokens == full.stats.spec.num_draft_tokens
+
+
+# ---------------------------------------------------------------------- stops and aborts
+def test_eos_and_length_stops():
+    target = make_target(4)
+    ref = reference_greedy(target, PROMPTS[1], 20)
+    stop_tok = ref[5]
+    eng = make_engine(target, make_draft(target), eos=[stop_tok])
+    out = eng.generate([PROMPTS[1]], SamplingParams(max_tokens=20))[0]
+    assert out == ref[: ref.index(stop_tok) + 1]
+    assert eng.generate([PROMPTS[1]], SamplingParams(max_tokens=20, ignore_eos=True))[0] == ref
+    # max_model_len caps prompt + output.
+    short = make_engine(target, make_draft(target), max_model_len=16)
+    out = short.generate([PROMPTS[1]], SamplingParams(max_tokens=50))[0]
+    assert out == reference_greedy(target, PROMPTS[1], 16 - len(PROMPTS[1]))
+
+
+def test_abort_frees_the_slot_and_others_continue():
+    target = make_target(0, predictable=True)
+    eng = make_engine(target, make_draft(target, tuned=True, strength=2.0), max_num_seqs=2)
+    a = eng.add_request(PROMPTS[0], SamplingParams(max_tokens=40))
+    b = eng.add_request(PROMPTS[1], SamplingParams(max_tokens=30))
+    c = eng.add_request(PROMPTS[2], SamplingParams(max_tokens=10))
+    got = {a: [], b: [], c: []}
+    for o in eng.step() + eng.step():
+        got[o.request_id] += o.new_token_ids
+    assert eng.abort_request(a) and not eng.abort_request("nope")
+    reasons = {}
+    while eng.has_unfinished():
+        for o in eng.step():
+            got[o.request_id] += o.new_token_ids
+            if o.finished:
+                reasons[o.request_id] = o.finish_reason
+    assert reasons == {a: "abort", b: "length", c: "length"}
+    assert got[b] == reference_greedy(target, PROMPTS[1], 30)
+    assert got[c] == reference_greedy(target, PROMPTS[2], 10)
+    assert eng.stats.requests_aborted == 1 and not eng.requests
+
+
+def test_add_request_rejects_bad_prompts():
+    eng = make_engine(make_target(0), None, max_model_len=8)
+    with pytest.raises(ValueError, match="empty"):
+        eng.add_request([], SamplingParams())
+    with pytest.raises(ValueError, match="max_model_len"):
+        eng.add_request(list(range(8)), SamplingParams())
+    with pytest.raises(ValueError, match="token ids"):
+        eng.add_request([V + 3], SamplingParams())
+    with pytest.raises(ValueError):
+        SamplingParams(max_tokens=0)
+
+
+# ---------------------------------------------------------------------- validation and loading
+def test_option_and_pairing_errors():
+    with pytest.raises(OptionsError, match="dtype"):
+        EngineOptions(target="t", dtype="int8")
+    with pytest.raises(OptionsError, match="draft_sampling"):
+        EngineOptions(target="t", draft_sampling="beam")
+    with pytest.raises(OptionsError, match="needs a draft"):
+        EngineOptions(target="t", adaptive_verification=True)
+    target = make_target(0)
+    draft = make_draft(target, sample_from_anchor=False, block_size=4)
+    with pytest.raises(OptionsError, match="exceeds the checkpoint's 1\\+N layout"):
+        make_engine(target, draft, num_speculative_tokens=4)
+    with pytest.raises(OptionsError, match="confidence head"):
+        make_engine(target, make_draft(target, confidence=False), adaptive_verification=True)
+    # A draft built for a deeper target: its layer ids do not exist here.
+    from transformers import Qwen3ForCausalLM
+
+    from tests.test_engine_helpers import target_config
+
+    shallow = Qwen3ForCausalLM(target_config(layers=2)).to(torch.float64)
+    with pytest.raises(OptionsError, match="lacks the draft's target_layer_ids"):
+        make_engine(shallow, draft)
+
+    class BigTokenizer:
+        def __len__(self):
+            return V + 10
+
+    with pytest.raises(OptionsError, match="tokenizer has"):
+        check_pair(target, draft.config, BigTokenizer())
+    other_vocab = target_config()
+    other_vocab.vocab_size = V + 8
+    wide = Qwen3ForCausalLM(other_vocab).to(torch.float64)
+    with pytest.raises(OptionsError, match="vocab mismatch"):
+        make_engine(wide, draft)
+
+
+def test_from_options_loads_folders(tmp_path):
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, 40, tuned=True)
+    save_target(target, tmp_path / "target")
+    save_draft(draft, tmp_path / "draft")
+    opts = EngineOptions(
+        target=str(tmp_path / "target"),
+        checkpoint=str(tmp_path / "draft"),
+        dtype="float64",
+        draft_sampling="greedy",
+        max_model_len=64,
+    )
+    eng = Engine.from_options(opts)
+    assert eng.tokenizer is not None and EOS in eng.eos_token_ids
+    assert eng.num_spec == 4
+    p = SamplingParams(max_tokens=12, ignore_eos=True)
+    assert eng.generate([PROMPTS[0]], p)[0] == reference_greedy(target, PROMPTS[0], 12)
+    with pytest.raises(OptionsError, match="not a folder"):
+        Engine.from_options(EngineOptions(target=str(tmp_path / "missing")))

@@ -1,0 +1,92 @@
+"""The HTTP app in process (FastAPI TestClient runs the app's lifespan, so the engine thread
+really batches concurrent requests): /metrics equals the engine's own counters, and a failing
+engine step fails only the requests in flight."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from serve.api import build_app
+from serve.engine import Engine, EngineOptions
+from tests.test_engine_helpers import make_draft, make_target, reference_greedy
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def scrape(client) -> dict:
+    out = {}
+    for fam in text_string_to_metric_families(client.get("/metrics").text):
+        for s in fam.samples:
+            pos = s.labels.get("position")
+            out[s.name if pos is None else f"{s.name}[{pos}]"] = s.value
+    return out
+
+
+def test_metrics_equal_engine_counters():
+    target = make_target(0, predictable=True, sharpness=30.0)
+    draft = make_draft(target, True, 40, tuned=True, strength=3.0)
+    opts = EngineOptions(target="<memory>", checkpoint="<memory>", dtype="float64", max_num_seqs=3)
+    engine = Engine(target, draft, opts, eos_token_ids=[])
+    with TestClient(build_app(engine, "m")) as client:
+
+        def run(i):
+            body = {"prompt": [5 + i, 9], "max_tokens": 6 + 5 * i, "temperature": 0.1 * i}
+            body["seed"] = i
+            if i % 2:
+                body["stream"] = True
+            r = client.post("/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(run, range(6)))
+        m = scrape(client)
+    spec = engine.stats.spec
+    assert spec.num_drafts > 0 and spec.num_accepted_tokens > 0
+    assert m["vllm:spec_decode_num_drafts_total"] == spec.num_drafts
+    assert m["vllm:spec_decode_num_draft_tokens_total"] == spec.num_draft_tokens
+    assert m["vllm:spec_decode_num_accepted_tokens_total"] == spec.num_accepted_tokens
+    for k, v in enumerate(spec.num_accepted_tokens_per_pos):
+        assert m[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{k}]"] == v
+    pooled = (
+        1 + m["vllm:spec_decode_num_accepted_tokens_total"] / m["vllm:spec_decode_num_drafts_total"]
+    )
+    assert pooled == pytest.approx(spec.mean_acceptance_length)
+    assert m["vllm:generation_tokens_total"] == sum(6 + 5 * i for i in range(6))
+    assert m["vllm:request_success_total"] == 6
+    assert m["vllm:num_requests_running"] == 0
+
+
+def test_engine_failure_fails_in_flight_requests_and_keeps_serving():
+    target = make_target(0)
+    opts = EngineOptions(target="<memory>", checkpoint="<memory>", dtype="float64")
+    engine = Engine(target, make_draft(target), opts, eos_token_ids=[])
+    real_round = engine._spec_round
+    calls = {"n": 0}
+
+    def flaky(reqs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected failure")
+        return real_round(reqs)
+
+    engine._spec_round = flaky
+    with TestClient(build_app(engine, "m")) as client:
+        body = {"prompt": [5, 9], "max_tokens": 8, "temperature": 0}
+        r = client.post("/v1/completions", json=body)
+        assert r.status_code == 500 and "injected failure" in r.json()["error"]["message"]
+        assert client.get("/health").status_code == 200
+        r = client.post("/v1/completions", json={**body, "return_token_ids": True})
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["token_ids"] == reference_greedy(target, [5, 9], 8)
+        assert not engine.scheduler.running and not engine.requests
