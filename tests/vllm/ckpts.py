@@ -101,10 +101,13 @@ def make_draft(
     draft_vocab_size: int | None = 200,
     dtype: torch.dtype = torch.float32,
     include_embed: bool = True,
+    embed_from_target: bool = False,
     seed: int = 0,
     **choices,
 ) -> tuple[Path, DSparkDraftModel]:
-    """A randomised DSpark draft for `target_dir`, saved by our exporter in `fmt`."""
+    """A randomised DSpark draft for `target_dir`, saved by our exporter in `fmt`.
+    `embed_from_target`: embedding and lm_head (rows t2d) copied from the target's weights, as
+    the training pipeline does (`init_from_target`), instead of random."""
     from transformers import AutoConfig
 
     tcfg = AutoConfig.from_pretrained(target_dir)
@@ -121,12 +124,21 @@ def make_draft(
     )
     model = DSparkDraftModel(cfg)
     randomise_(model, seed)
+    d2t = t2d = None
     if cfg.reduced_vocab:
         gen = torch.Generator().manual_seed(seed)
         counts = torch.randint(0, 1000, (cfg.vocab_size,), generator=gen)
         vm = build_vocab_map(counts, cfg.draft_vocab)
-        model.d2t.copy_(vm.d2t)
-        model.t2d.copy_(vm.t2d)
+        d2t, t2d = vm.d2t, vm.t2d
+        model.d2t.copy_(d2t)
+        model.t2d.copy_(t2d)
+    if embed_from_target:
+        from transformers import AutoModelForCausalLM
+
+        target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
+        model.init_from_target(
+            target.get_input_embeddings().weight, target.lm_head.weight, d2t=d2t, t2d=t2d
+        )
     path = save_checkpoint(
         model, out_dir, fmt=fmt, dtype=dtype, include_embed=include_embed, verifier=str(target_dir)
     )

@@ -211,72 +211,129 @@ def expected_vllm_params(ours: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     return out
 
 
+def load_target_and_draft(vc: VllmConfig) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """vLLM's target model (`get_model`) and the draft through the GPU runner's own
+    `load_dspark_model` (embedding / lm_head sharing with the target included)."""
+    from vllm.model_executor.model_loader import get_model
+    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+    from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
+
+    init_single_process_dist(vc)
+    _set_torch_accelerator_to_noop()  # as vLLM's CPU model runner does: no accelerator here
+    with set_current_vllm_config(vc):
+        target = get_model(vllm_config=vc)
+        with v1_runner_check_bypassed():  # it replace()s the VllmConfig
+            draft = load_dspark_model(target, vc)
+    return target.eval(), draft.eval()
+
+
 # ----------------------------------------------------------------------------- block forward
+class PagedKV:
+    """A paged KV cache for the given vLLM `Attention` layers (CPU_ATTN layout
+    [num_blocks, num_kv_heads, block_size, 2 * head_size]) and the attention metadata of one
+    forward: request r owns blocks `block_table[r]`, its tokens sit at their positions."""
+
+    def __init__(self, vc, attn_layers, num_reqs: int, max_len: int, block_size: int = 32):
+        self.vc, self.layers, self.bs = vc, list(attn_layers), block_size
+        per_req = -(-max_len // block_size)
+        self.block_table = torch.arange(num_reqs * per_req, dtype=torch.int32).view(num_reqs, -1)
+        a0 = self.layers[0]
+        for a in self.layers:
+            a.kv_cache = torch.zeros(
+                num_reqs * per_req,
+                a.num_kv_heads,
+                block_size,
+                2 * a.head_size,
+                dtype=vc.model_config.dtype,
+            )
+        spec = a0.get_kv_cache_spec(vc)
+        if spec.block_size != block_size:
+            spec = replace(spec, block_size=block_size)
+        # The builder also picks the CPU kernel ISA and stamps it on each layer (`layer.isa`),
+        # which the cache writes need.
+        self.names = [a.layer_name for a in self.layers]
+        self.builder = a0.attn_backend.get_builder_cls()(spec, self.names, vc, torch.device("cpu"))
+
+    def slots(self, req: int, positions: torch.Tensor) -> torch.Tensor:
+        blocks = self.block_table[req, positions // self.bs].long()
+        return blocks * self.bs + positions % self.bs
+
+    def forward_context(self, q_lens: list[int], seq_lens: list[int], slots, positions, causal):
+        """Context manager for one forward over requests with `q_lens` new tokens each (the
+        last tokens of sequences of `seq_lens`), K/V of the new tokens written to `slots`."""
+        from vllm.forward_context import set_forward_context
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+
+        qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+        sl = torch.tensor(seq_lens, dtype=torch.int32)
+        common = CommonAttentionMetadata(
+            query_start_loc=qsl,
+            query_start_loc_cpu=qsl,
+            seq_lens=sl,
+            num_reqs=len(q_lens),
+            num_actual_tokens=int(qsl[-1]),
+            max_query_len=max(q_lens),
+            max_seq_len=int(sl.max()),
+            block_table_tensor=self.block_table,
+            slot_mapping=slots,
+            causal=causal,
+            positions=positions,
+        )
+        meta = self.builder.build(common_prefix_len=0, common_attn_metadata=common)
+        return set_forward_context(
+            {n: meta for n in self.names},
+            self.vc,
+            num_tokens=int(qsl[-1]),
+            slot_mapping={n: slots for n in self.names},
+        )
+
+
 def block_forward(
     loaded: LoadedDraft,
     context_states: torch.Tensor,  # [sum(C_r), H] fc output (combine_hidden_states)
     ctx_lens: list[int],  # C_r per request; request r's anchor sits at position C_r
     block_ids: torch.Tensor,  # [R, B] = [anchor, MASK, ...]
-    kv_block_size: int = 32,
 ) -> torch.Tensor:
     """vLLM's draft block pass on CPU: context K/V written into a paged KV cache by
     `precompute_and_store_context_kv`, then `model(input_ids, positions)` with CPU_ATTN in
     non-causal mode over [context ; block]. Returns the post-norm hidden states [R, B, H]."""
-    from vllm.forward_context import set_forward_context
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
     model, dvc = loaded.model, loaded.vllm_config
     r, b = block_ids.shape
-    layers = [layer.self_attn for layer in model.model.layers]
-    attn0 = layers[0].attn
-    nkv, hd = attn0.num_kv_heads, attn0.head_size
-    blocks_per_req = -(-(max(ctx_lens) + b) // kv_block_size)
-    num_blocks = r * blocks_per_req
-    block_table = torch.arange(num_blocks, dtype=torch.int32).view(r, blocks_per_req)
-
-    def slots(req: int, positions: torch.Tensor) -> torch.Tensor:
-        return block_table[req, positions // kv_block_size].long() * kv_block_size + (
-            positions % kv_block_size
-        )
-
-    ctx_pos = torch.cat([torch.arange(c) for c in ctx_lens])
-    ctx_slots = torch.cat([slots(i, torch.arange(c)) for i, c in enumerate(ctx_lens)])
-    blk_pos = torch.stack([torch.arange(c, c + b) for c in ctx_lens])  # [R, B]
-    blk_slots = torch.cat([slots(i, blk_pos[i]) for i in range(r)])
-
-    dtype = dvc.model_config.dtype
-    for sa in layers:
-        sa.attn.kv_cache = torch.zeros(num_blocks, nkv, kv_block_size, 2 * hd, dtype=dtype)
     with set_current_vllm_config(dvc), torch.no_grad():
-        names = [sa.attn.layer_name for sa in layers]
-        builder_cls = attn0.attn_backend.get_builder_cls()
-        spec = attn0.get_kv_cache_spec(dvc)
-        spec = replace(spec, block_size=kv_block_size) if spec.block_size != kv_block_size else spec
-        # The builder also picks the CPU kernel ISA and stamps it on each layer (`layer.isa`),
-        # which the context K/V cache write below needs.
-        builder = builder_cls(spec, names, dvc, torch.device("cpu"))
-        model.precompute_and_store_context_kv(context_states.to(dtype), ctx_pos, ctx_slots)
-        qsl = torch.arange(0, (r + 1) * b, b, dtype=torch.int32)
-        seq_lens = torch.tensor([c + b for c in ctx_lens], dtype=torch.int32)
-        common = CommonAttentionMetadata(
-            query_start_loc=qsl,
-            query_start_loc_cpu=qsl,
-            seq_lens=seq_lens,
-            num_reqs=r,
-            num_actual_tokens=r * b,
-            max_query_len=b,
-            max_seq_len=int(seq_lens.max()),
-            block_table_tensor=block_table,
-            slot_mapping=blk_slots,
-            causal=False,
-            positions=blk_pos.reshape(-1),
+        kv = PagedKV(
+            dvc, [layer.self_attn.attn for layer in model.model.layers], r, max(ctx_lens) + b
         )
-        meta = builder.build(common_prefix_len=0, common_attn_metadata=common)
-        with set_forward_context(
-            {n: meta for n in names},
-            dvc,
-            num_tokens=r * b,
-            slot_mapping={n: blk_slots for n in names},
-        ):
+        ctx_pos = torch.cat([torch.arange(c) for c in ctx_lens])
+        ctx_slots = torch.cat([kv.slots(i, torch.arange(c)) for i, c in enumerate(ctx_lens)])
+        model.precompute_and_store_context_kv(
+            context_states.to(dvc.model_config.dtype), ctx_pos, ctx_slots
+        )
+        blk_pos = torch.stack([torch.arange(c, c + b) for c in ctx_lens])  # [R, B]
+        blk_slots = torch.cat([kv.slots(i, blk_pos[i]) for i in range(r)])
+        seq_lens = [c + b for c in ctx_lens]
+        with kv.forward_context([b] * r, seq_lens, blk_slots, blk_pos.reshape(-1), causal=False):
             hidden = model(block_ids.reshape(-1), blk_pos.reshape(-1))
     return hidden.view(r, b, -1)
+
+
+def target_aux_hidden_states(
+    target: torch.nn.Module, vc: VllmConfig, input_ids: torch.Tensor
+) -> list[torch.Tensor]:
+    """vLLM's target prefill of one sequence on CPU (causal CPU_ATTN) with the aux-hidden-state
+    layers the DSpark runner asks for (`get_eagle3_aux_layers_from_config`); returns them, each
+    [T, H_t], in that order."""
+    from vllm.model_executor.layers.attention import Attention
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+
+    target.set_aux_hidden_state_layers(get_eagle3_aux_layers_from_config(vc.speculative_config))
+    t = input_ids.shape[0]
+    pos = torch.arange(t)
+    with set_current_vllm_config(vc), torch.no_grad():
+        attn = [m for m in target.modules() if isinstance(m, Attention)]
+        kv = PagedKV(vc, attn, 1, t)
+        with kv.forward_context([t], [t], kv.slots(0, pos), pos, causal=True):
+            out = target(input_ids, pos)
+    _, aux = out
+    return list(aux)

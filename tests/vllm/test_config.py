@@ -79,8 +79,12 @@ def test_only_the_runner_check_fails_on_cpu(random_target, drafts):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_vllm_derives_our_settings(random_target, drafts, fmt, layout):
-    """The documented launch: method + model + explicit num_speculative_tokens."""
+    """The documented launch: method + model + explicit num_speculative_tokens. Our own checker
+    (`python -m serve.check DIR --vllm`) accepts the same folder."""
+    from serve.check import main as serve_check
+
     path, cfg = drafts[fmt, layout]
+    assert serve_check([str(path), "--vllm"]) == 0
     spec = {
         "method": "dspark",
         "model": str(path),

@@ -155,3 +155,60 @@ def test_negative_control_dropped_tensors_are_caught(random_target, vllm_workdir
     )
     draft = H.load_draft(vc)  # no error from vLLM
     assert set(draft.unfilled) == H.UNLOADED_BY_DESIGN | {"model." + k for k in dropped}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ("full-vocab", None, True),
+        ("reduced-vocab", 200, True),
+        ("own-embedding", 200, False),
+    ],
+    ids=lambda v: v[0],
+)
+@torch.no_grad()
+def test_load_dspark_model_shares_target_weights(random_target, vllm_workdir, variant):
+    """The GPU runner's own `load_dspark_model`, run on CPU with vLLM's target model: it keeps the
+    draft's embedding / lm_head only where they differ from the target's. Ours are the target's
+    (frozen) except the reduced-vocab lm_head rows, so it shares the embedding, shares lm_head for a
+    full vocab, and keeps our lm_head for a reduced one; a draft with its own embedding keeps it."""
+    name, vocab, from_target = variant
+    path, ours = make_draft(
+        random_target,
+        vllm_workdir / f"ldm_{name}",
+        draft_vocab_size=vocab,
+        embed_from_target=from_target,
+    )
+    n = ours.config.num_speculative_tokens
+    vc = H.engine_config(
+        random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
+    )
+    target, draft = H.load_target_and_draft(vc)
+    assert (draft.model.embed_tokens is target.model.embed_tokens) == from_target
+    assert (draft.lm_head is target.lm_head) == (from_target and vocab is None)
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(9, ours.config.hidden_size, generator=g)
+    ids = torch.randint(0, ours.config.vocab_size, (9,), generator=g)
+    torch.testing.assert_close(
+        draft.compute_draft_logits(hidden), ours.compute_draft_logits(hidden), atol=ATOL, rtol=RTOL
+    )
+    torch.testing.assert_close(
+        draft.model.embed_input_ids(ids), ours.embed_tokens(ids), atol=0.0, rtol=0.0
+    )
+
+
+@pytest.mark.parametrize("kind", ["gated", "rnn"])
+def test_non_vanilla_markov_head_is_refused_by_stock_vllm(random_target, vllm_workdir, kind):
+    """Stock vLLM builds only the vanilla head: a gated/rnn checkpoint fails loudly at load (its
+    extra head weights have no vLLM parameter); `serve.check --vllm` says so before launch."""
+    from serve.check import main as serve_check
+
+    path, ours = make_draft(random_target, vllm_workdir / f"w_{kind}", markov_head_type=kind)
+    assert serve_check([str(path), "--vllm"]) == 1
+    n = ours.config.num_speculative_tokens
+    vc = H.engine_config(
+        random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
+    )
+    extra = "markov_gate" if kind == "gated" else "markov_rnn"
+    with pytest.raises(ValueError, match=f"no module or parameter named 'markov_head.{extra}'"):
+        H.load_draft(vc)
