@@ -45,6 +45,13 @@ def _has_dist(name: str) -> bool:
         return False
 
 
+def pytest_configure(config):
+    # Emitted by vLLM's own imports (torch.jit.script_method in its kernels), not by our code.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+    )
+
+
 def pytest_report_header(config):
     if HAVE_VLLM:
         return _vllm_versions()

@@ -95,6 +95,8 @@ def derived(vc: VllmConfig) -> dict:
         "enable_confidence_head": getattr(hf, "enable_confidence_head", False),
         "confidence_head_with_markov": getattr(hf, "confidence_head_with_markov", False),
         "target_hidden_size": getattr(hf, "target_hidden_size", None),
+        # ModelConfig of the draft is built with the target's dtype (our torch_dtype is ignored)
+        "draft_dtype": str(sc.draft_model_config.dtype),
     }
 
 

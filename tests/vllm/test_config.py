@@ -59,6 +59,8 @@ def intended(cfg, target) -> dict:
         "enable_confidence_head": cfg.enable_confidence_head,
         "confidence_head_with_markov": cfg.confidence_head_with_markov,
         "target_hidden_size": cfg.target_hidden_size,
+        # We write torch_dtype=bfloat16; vLLM runs the draft in the target's dtype (float32 here).
+        "draft_dtype": "torch.float32",
     }
 
 
@@ -127,3 +129,19 @@ def test_block_size_default_trap(random_target, drafts):
         assert checkpoint_json(path)["num_speculative_tokens"] == cfg.num_speculative_tokens
         got = H.derived(H.engine_config(random_target, {"method": "dspark", "model": str(path)}))
         assert got["num_speculative_tokens"] == cfg.block_size, expect
+
+
+def test_launch_options_of_our_serve_command(random_target, drafts):
+    """The options our launcher passes are accepted, and adaptive verification refuses eager
+    mode (it needs full CUDA graphs, so `--enforce-eager` must not be combined with it)."""
+    path, cfg = drafts["canonical", "anchor"]
+    spec = {
+        "method": "dspark",
+        "model": str(path),
+        "num_speculative_tokens": cfg.num_speculative_tokens,
+        "draft_sample_method": "probabilistic",
+    }
+    vc = H.engine_config(random_target, spec)
+    assert vc.speculative_config.draft_sample_method == "probabilistic"
+    with pytest.raises(ValueError, match="Adaptive verification requires full CUDA graphs"):
+        H.engine_config(random_target, {**spec, "enable_adaptive_verification": True})
