@@ -5,7 +5,8 @@ process, for tests/vllm/test_regenerate.py.
 
 A separate process because `vllm.LLM` starts an engine core (multiprocessing, its own
 distributed state) that must not meet the in-process vLLM modules the other tests build; the
-`__main__` guard is what vLLM's spawned workers need. Exit code 0 on success.
+`__main__` guard is what vLLM's spawned workers need. Prints `regen_vllm: dtype=...`, the dtype
+the engine resolved. Exit code 0 on success.
 """
 
 from __future__ import annotations
@@ -28,7 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     args = ap.parse_args(argv)
 
+    from train.data import regen_backends
     from train.data.regenerate import regenerate_responses
+
+    # Report the dtype the engine really runs in (vLLM resolves dtype="auto" itself).
+    init = regen_backends.VLLMGenerator.__init__
+
+    def init_and_report(self, *a, **kw):
+        init(self, *a, **kw)
+        print(f"regen_vllm: dtype={self.llm.llm_engine.model_config.dtype}", flush=True)
+
+    regen_backends.VLLMGenerator.__init__ = init_and_report
 
     rows = json.loads(Path(args.rows).read_text())
     n = regenerate_responses(

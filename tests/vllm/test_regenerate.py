@@ -3,16 +3,22 @@ gives the same greedy answers as the HF backend.
 
 vLLM runs in its own process (`scripts/vllm_probe/regen_vllm.py`): `vllm.LLM` starts an engine
 core with its own distributed state, which must not meet the vLLM modules other tests build in
-this process. Greedy equality is only meaningful when top-1 margins are wide, so the targets are
-trained: the word-level target of `tests.vllm.ckpts.write_trained_target` (trained here in
-seconds, margins of several logits), and the project's tiny target (`scripts/make_tiny_target.py`)
-when its artifact is already built (it is never built here: that takes minutes).
+this process. Greedy equality is only meaningful when top-1 margins are wide, so the main target is
+trained: the word-level target of `tests.vllm.ckpts.write_trained_target` (trained here in seconds,
+top-1 margins of several logits). The project's tiny target (`scripts/make_tiny_target.py`) is
+used too when already built (never built here: minutes); it is weakly trained, with near-ties.
+
+Known discrepancy (pinned by `test_backends_run_the_same_dtype`, xfail while it lasts): the two
+backends do not run a float32 checkpoint in the same dtype. `HFGenerator` loads with dtype="auto"
+(the checkpoint's float32); `VLLMGenerator` passes no dtype and vLLM's "auto" runs a float32
+checkpoint in bfloat16 on this CPU. Wide-margin answers survive that; near-ties do not.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,13 +53,87 @@ def project_rows(target: Path, n: int) -> list[dict]:
     return rows
 
 
-@pytest.fixture(scope="module", params=["word-level", "project-tiny-target"])
-def target_and_rows(request, vllm_workdir):
-    if request.param == "word-level":
-        target = vllm_workdir / "trained_target"
-        if not (target / "config.json").exists():
-            write_trained_target(target)
-        return target, chat_rows(NUM_ROWS, seed=1), 12
+def _answers(path: Path) -> dict[int, tuple[str, str]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        assert rec["regen"]["temperature"] == 0.0
+        out[rec["row_index"]] = (rec["messages"][-1]["content"], rec["regen"]["finish_reason"])
+    return out
+
+
+def regenerate_both(target: Path, rows: list[dict], max_new: int, work: Path) -> dict:
+    """Run regenerate_responses with backend="vllm" (subprocess) and backend="hf" (here)."""
+    from transformers import AutoConfig
+
+    from train.data.regenerate import regenerate_responses
+
+    work.mkdir(parents=True, exist_ok=True)
+    rows_file = work / "rows.json"
+    rows_file.write_text(json.dumps(rows))
+    out_vllm, out_hf = work / "vllm.jsonl", work / "hf.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    script = REPO / "scripts" / "vllm_probe" / "regen_vllm.py"
+    cmd = [sys.executable, str(script), str(target), str(rows_file), str(out_vllm)]
+    proc = subprocess.run(
+        [*cmd, f"--max-new-tokens={max_new}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (
+        f"vLLM regeneration failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    )
+    vllm_dtype = re.search(r"regen_vllm: dtype=(\S+)", proc.stdout).group(1)
+
+    sampling = {"temperature": 0.0, "max_new_tokens": max_new}
+    regenerate_responses(rows, str(target), str(target), sampling, out_hf, backend="hf")
+    backends = {json.loads(line)["regen"]["backend"] for line in out_vllm.read_text().splitlines()}
+    assert backends == {"vllm"}
+    return {
+        "vllm": _answers(out_vllm),
+        "hf": _answers(out_hf),
+        "vllm_dtype": vllm_dtype,
+        "hf_dtype": str(AutoConfig.from_pretrained(target).dtype),  # HFGenerator: dtype="auto"
+        "rows": len(rows),
+    }
+
+
+def differing(run: dict) -> dict:
+    vllm, hf = run["vllm"], run["hf"]
+    assert sorted(vllm) == sorted(hf) == list(range(run["rows"]))
+    assert any(text.strip() for text, _ in hf.values()), "HF produced only empty answers"
+    return {i: {"vllm": vllm[i], "hf": hf[i]} for i in hf if vllm[i] != hf[i]}
+
+
+@pytest.fixture(scope="module")
+def word_level_run(vllm_workdir):
+    target = vllm_workdir / "trained_target"
+    if not (target / "config.json").exists():
+        write_trained_target(target)
+    return regenerate_both(target, chat_rows(NUM_ROWS, seed=1), 12, vllm_workdir / "regen_word")
+
+
+def test_vllm_greedy_regeneration_matches_hf(word_level_run):
+    diff = differing(word_level_run)
+    assert not diff, f"greedy answers differ: {diff}"
+    assert all(finish == "stop" for _, finish in word_level_run["hf"].values())
+
+
+def test_backends_run_the_same_dtype(word_level_run):
+    vllm_dtype, hf_dtype = word_level_run["vllm_dtype"], word_level_run["hf_dtype"]
+    if vllm_dtype != hf_dtype:
+        pytest.xfail(
+            f"regen backends differ in dtype for a {hf_dtype} checkpoint: vLLM runs {vllm_dtype} "
+            "(VLLMGenerator passes no dtype to vllm.LLM), HF runs the checkpoint dtype; "
+            "greedy answers can then differ at near-ties (train/data/regen_backends.py)"
+        )
+
+
+def test_project_tiny_target_regeneration(vllm_workdir):
     target = project_tiny_target()
     if target is None:
         pytest.skip(
@@ -63,48 +143,11 @@ def target_and_rows(request, vllm_workdir):
     rows = project_rows(target, NUM_ROWS)
     if not rows:
         pytest.skip(f"{target}/data has no chat rows with `messages` to use as prompts")
-    return target, rows, 24
-
-
-def _answers(path: Path) -> dict[int, tuple[str, str]]:
-    out = {}
-    for line in path.read_text().splitlines():
-        rec = json.loads(line)
-        out[rec["row_index"]] = (rec["messages"][-1]["content"], rec["regen"]["finish_reason"])
-    return out
-
-
-def test_vllm_greedy_regeneration_matches_hf(target_and_rows, tmp_path):
-    from train.data.regenerate import regenerate_responses
-
-    target, rows, max_new = target_and_rows
-    rows_file = tmp_path / "rows.json"
-    rows_file.write_text(json.dumps(rows))
-    out_vllm, out_hf = tmp_path / "vllm.jsonl", tmp_path / "hf.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    cmd = [
-        sys.executable,
-        str(REPO / "scripts" / "vllm_probe" / "regen_vllm.py"),
-        str(target),
-        str(rows_file),
-        str(out_vllm),
-        f"--max-new-tokens={max_new}",
-    ]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (
-        f"vLLM regeneration failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    )
-
-    sampling = {"temperature": 0.0, "max_new_tokens": max_new}
-    regenerate_responses(
-        rows, str(target), str(target), sampling, out_hf, batch_size=4, backend="hf"
-    )
-
-    vllm_ans, hf_ans = _answers(out_vllm), _answers(out_hf)
-    assert sorted(vllm_ans) == sorted(hf_ans) == list(range(len(rows)))
-    assert any(text.strip() for text, _ in hf_ans.values()), "HF produced only empty answers"
-    diff = {i: (vllm_ans[i], hf_ans[i]) for i in hf_ans if vllm_ans[i] != hf_ans[i]}
-    assert not diff, f"greedy answers differ (row: (vllm, hf)): {diff}"
-    backends = {json.loads(line)["regen"]["backend"] for line in out_vllm.read_text().splitlines()}
-    assert backends == {"vllm"}
+    run = regenerate_both(target, rows, 24, vllm_workdir / "regen_project")
+    diff = differing(run)
+    if diff and run["vllm_dtype"] != run["hf_dtype"]:
+        pytest.xfail(
+            f"{len(diff)}/{len(rows)} answers differ after near-ties, with the backends in "
+            f"different dtypes (vLLM {run['vllm_dtype']}, HF {run['hf_dtype']}): {diff}"
+        )
+    assert not diff, f"greedy answers differ with both backends in {run['hf_dtype']}: {diff}"
