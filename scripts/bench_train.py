@@ -1,0 +1,161 @@
+"""Benchmark the distillation side; prints tables (a benchmark script, never a timed test).
+
+    python scripts/bench_train.py loss                     # CPU: loss peak memory, chunked vs not
+    python scripts/bench_train.py loss --device cuda --hidden 4096 --anchors 512   # H200
+    python scripts/bench_train.py step                     # tiny run: tokens/s, peak memory
+    python scripts/bench_train.py step --gpu               # same run on the GPU (trainer=gpu)
+
+`loss`: fwd+bwd of `train.loss.distill_loss` alone (the draft's hidden states are leaves) at vocab
+151,936, with `chunk_tokens` = --chunk and = all rows (unchunked, what a naive loss does):
+peak memory above baseline and time, and their ratio, measured in one run.
+`step`: runs `python -m train.distill +experiment=tiny` in-process for a few steps and reports
+median tokens/s (target forward + draft forward/backward + optimizer) from metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.config import DSparkConfig  # noqa: E402
+from common.model import DSparkDraftModel  # noqa: E402
+from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
+from train.anchors import anchor_generator, sample_anchors  # noqa: E402
+from train.loss import block_targets, distill_loss  # noqa: E402
+
+
+def bench_loss(a) -> list[dict]:
+    dev = torch.device(a.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    cfg = DSparkConfig(
+        vocab_size=a.vocab,
+        target_hidden_size=a.hidden,
+        target_num_hidden_layers=8,
+        target_layer_ids=[1, 3],
+        mask_token_id=a.vocab - 1,
+        hidden_size=a.hidden,
+        num_hidden_layers=1,
+        num_attention_heads=max(1, a.hidden // 128),
+        num_key_value_heads=max(1, a.hidden // 512),
+        head_dim=128,
+        intermediate_size=2 * a.hidden,
+        block_size=a.block,
+        markov_rank=a.rank,
+    )
+    with torch.device(dev):
+        model = DSparkDraftModel(cfg).to(dtype)
+    t = a.seq
+    ids = torch.randint(0, a.vocab - 1, (1, t), device=dev)
+    loss_mask = torch.ones(1, t, dtype=torch.bool, device=dev)
+    anchors, valid = sample_anchors(loss_mask, a.anchors, anchor_generator(0, 0, 0, 0))
+    with torch.no_grad():
+        fo = model.forward_train(
+            torch.randn(1, t, 2 * a.hidden, device=dev, dtype=dtype), ids, anchors, valid
+        )
+    fo.hidden = fo.hidden.detach().requires_grad_()
+    fo.markov_input = fo.markov_input.detach().requires_grad_()
+    tg = block_targets(ids, loss_mask, anchors, valid, cfg.num_speculative_tokens, model.t2d)
+    final = torch.randn(1, t, a.hidden, device=dev, dtype=dtype)
+    head = torch.randn(a.vocab, a.hidden, device=dev, dtype=dtype) * 0.02
+    rows = int(tg.mask.sum())
+    out = []
+    for name, chunk in ((f"chunked ({a.chunk} rows)", a.chunk), ("unchunked", rows + 1)):
+
+        def step(chunk=chunk):
+            loss, _ = distill_loss(model, fo, tg, final, head, tg.dens(), chunk_tokens=chunk)
+            loss.backward()
+            fo.hidden.grad = fo.markov_input.grad = None
+
+        r = measure(step, model, a.device, a.warmup, a.iters)
+        out.append({"loss": name, "rows": rows, "vocab": a.vocab, **r})
+    return out
+
+
+def bench_step(a) -> list[dict]:
+    from train.distill import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        over = [
+            "+experiment=tiny",
+            f"output_dir={tmp}",
+            f"trainer.max_steps={a.steps}",
+            "trainer.eval_every=0",
+            "trainer.save_every=0",
+            "trainer.progress=false",
+            "data.heldout=null",
+            "export.speculators=false",
+        ]
+        if a.gpu:
+            over += [
+                "trainer=gpu",
+                "trainer.micro_batch_size=16",
+                "data.seq_len=1024",
+                "trainer.num_anchors=256",
+            ]
+        dev = "cuda" if a.gpu else "cpu"
+        with CudaPeak(dev) if a.gpu else RssPeak() as mem:
+            rc = main(over + a.overrides)
+        if rc != 0:
+            raise SystemExit(rc)
+        recs = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+    tps = [r["tokens_per_s"] for r in recs if r["split"] == "train"][1:]  # skip warm-up step
+    return [
+        {
+            "run": "tiny" + (" (gpu)" if a.gpu else " (cpu)"),
+            "steps": a.steps,
+            "tokens_per_s_median": statistics.median(tps),
+            "tokens_per_s_max": max(tps),
+            "peak_mib": mem.delta / 2**20,
+        }
+    ]
+
+
+def print_table(rows: list[dict]) -> None:
+    keys = list(rows[0])
+    print(" | ".join(keys))
+    print(" | ".join("---" for _ in keys))
+    for r in rows:
+        print(" | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in r.values()))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="part", required=True)
+    lp = sub.add_parser("loss")
+    lp.add_argument("--device", default="cpu")
+    lp.add_argument("--vocab", type=int, default=151_936)
+    lp.add_argument("--hidden", type=int, default=256)
+    lp.add_argument("--rank", type=int, default=64)
+    lp.add_argument("--block", type=int, default=7)
+    lp.add_argument("--anchors", type=int, default=256)
+    lp.add_argument("--chunk", type=int, default=256, help="chunk_tokens of the chunked row")
+    lp.add_argument("--seq", type=int, default=1024)
+    lp.add_argument("--warmup", type=int, default=1)
+    lp.add_argument("--iters", type=int, default=2)
+    sp = sub.add_parser("step")
+    sp.add_argument("--steps", type=int, default=12)
+    sp.add_argument("--gpu", action="store_true")
+    sp.add_argument("overrides", nargs="*", help="extra train.distill overrides")
+    ap.add_argument("--json", help="also write the rows here")
+    a = ap.parse_args(argv)
+    rows = bench_loss(a) if a.part == "loss" else bench_step(a)
+    if a.part == "loss" and len(rows) == 2:
+        rows[1]["peak_ratio_vs_chunked"] = rows[1]["peak_mib"] / max(rows[0]["peak_mib"], 1e-9)
+        rows[0]["peak_ratio_vs_chunked"] = 1.0
+    print_table(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
