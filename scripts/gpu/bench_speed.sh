@@ -13,3 +13,5 @@ timeout 150 python3 scripts/bench_markov.py --device cuda --vocabs 151936 --batc
   --block 7 --rank 256 --hidden 4096 --topk 64 --iters 20 --cuda-graph 2>&1 | tee "$OUT/markov_h200.txt"
 timeout 120 python3 scripts/bench_train.py --json "$OUT/loss_h200.json" loss --device cuda \
   --hidden 4096 --anchors 512 --seq 4096 --chunk 1024 --iters 3 2>&1 | tee "$OUT/loss_h200.txt"
+timeout 150 python3 scripts/bench_draft_step.py --device cuda --hidden 4096 --layers 5 \
+  --vocab 151936 --rank 256 --ctx 1024 --batches 1 8 64 2>&1 | tee "$OUT/draft_step_h200.txt"
