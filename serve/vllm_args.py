@@ -4,7 +4,8 @@ Design choices (docs/vllm-contract.md, checked against vLLM 0.34.0's source):
 - Pure functions of plain values (the checkpoint's `DSparkConfig`, launch settings, environment):
   tests cover each decision without vLLM or a GPU. `serve.launch` probes the machine and execs.
 - A setting vLLM 0.34 would reject at startup, or would accept and then serve silently wrong
-  (a gated/rnn Markov head loads as vanilla), raises `LaunchRefused`; the launcher exits 2.
+  (a gated/rnn Markov head: vLLM's loader refuses it), raises `LaunchRefused`; the launcher
+  exits 2.
 - `"model"` and `num_speculative_tokens` are always explicit in `--speculative-config`: without the
   first vLLM drafts with the target checkpoint itself (`DSparkSpeculatorConfig.default_model`);
   the second defaults to `block_size`, one slot too many for a 1+N draft.
@@ -194,7 +195,7 @@ def check_markov_head(cfg: DSparkConfig) -> None:
     if cfg.markov_head_type != "vanilla":
         raise LaunchRefused(
             f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only 'vanilla' Markov "
-            "heads (it would load this one as vanilla, silently). Serve it with engine=embedded."
+            "heads (its loader refuses this one at start-up). Serve it with engine=embedded."
         )
 
 

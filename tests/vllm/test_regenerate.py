@@ -8,10 +8,8 @@ trained: the word-level target of `tests.vllm.ckpts.write_trained_target` (train
 top-1 margins of several logits). The project's tiny target (`scripts/make_tiny_target.py`) is
 used too when already built (never built here: minutes); it is weakly trained, with near-ties.
 
-Known discrepancy (pinned by `test_backends_run_the_same_dtype`, xfail while it lasts): the two
-backends do not run a float32 checkpoint in the same dtype. `HFGenerator` loads with dtype="auto"
-(the checkpoint's float32); `VLLMGenerator` passes no dtype and vLLM's "auto" runs a float32
-checkpoint in bfloat16 on this CPU. Wide-margin answers survive that; near-ties do not.
+Both backends run the checkpoint's own dtype (`test_backends_run_the_same_dtype`): vLLM's
+"auto" alone would run a float32 checkpoint in bfloat16, and near-ties would then differ.
 """
 
 from __future__ import annotations
@@ -124,13 +122,8 @@ def test_vllm_greedy_regeneration_matches_hf(word_level_run):
 
 
 def test_backends_run_the_same_dtype(word_level_run):
-    vllm_dtype, hf_dtype = word_level_run["vllm_dtype"], word_level_run["hf_dtype"]
-    if vllm_dtype != hf_dtype:
-        pytest.xfail(
-            f"regen backends differ in dtype for a {hf_dtype} checkpoint: vLLM runs {vllm_dtype} "
-            "(VLLMGenerator passes no dtype to vllm.LLM), HF runs the checkpoint dtype; "
-            "greedy answers can then differ at near-ties (train/data/regen_backends.py)"
-        )
+    """VLLMGenerator passes the checkpoint's dtype: vLLM's "auto" would run fp32 in bf16."""
+    assert word_level_run["vllm_dtype"] == word_level_run["hf_dtype"]
 
 
 def test_project_tiny_target_regeneration(vllm_workdir):
@@ -145,9 +138,5 @@ def test_project_tiny_target_regeneration(vllm_workdir):
         pytest.skip(f"{target}/data has no chat rows with `messages` to use as prompts")
     run = regenerate_both(target, rows, 24, vllm_workdir / "regen_project")
     diff = differing(run)
-    if diff and run["vllm_dtype"] != run["hf_dtype"]:
-        pytest.xfail(
-            f"{len(diff)}/{len(rows)} answers differ after near-ties, with the backends in "
-            f"different dtypes (vLLM {run['vllm_dtype']}, HF {run['hf_dtype']}): {diff}"
-        )
+    assert run["vllm_dtype"] == run["hf_dtype"]
     assert not diff, f"greedy answers differ with both backends in {run['hf_dtype']}: {diff}"

@@ -96,7 +96,17 @@ class VLLMGenerator:
 
         self.model_name = os.fspath(model)
         self.tokenizer, self.sampling = tokenizer, sampling
-        self.llm = LLM(model=self.model_name, enforce_eager=True, seed=sampling["seed"])
+        # Run the checkpoint's own dtype, as HFGenerator does (dtype="auto" in HF). vLLM's "auto"
+        # would run a float32 checkpoint in bf16 and break greedy ties differently.
+        from transformers import AutoConfig
+
+        dtype = AutoConfig.from_pretrained(self.model_name).dtype or "auto"
+        self.llm = LLM(
+            model=self.model_name,
+            enforce_eager=True,
+            seed=sampling["seed"],
+            dtype=str(dtype).removeprefix("torch."),
+        )
         # vLLM also stops at the model's own eos ids; ours are added in case the tokenizer differs.
         eos = self.llm.get_tokenizer().eos_token_id
         self.eos = sorted({tokenizer.eos_token_id, eos} - {None})
