@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.config import DSparkConfig  # noqa: E402
 from common.model import DSparkDraftModel  # noqa: E402
 from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
-from train.anchors import anchor_generator, sample_anchors  # noqa: E402
+from train.anchors import sample_anchors  # noqa: E402
 from train.loss import block_targets, distill_loss  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def bench_loss(a) -> list[dict]:
     t = a.seq
     ids = torch.randint(0, a.vocab - 1, (1, t), device=dev)
     loss_mask = torch.ones(1, t, dtype=torch.bool, device=dev)
-    anchors, valid = sample_anchors(loss_mask, a.anchors, anchor_generator(0, 0, 0, 0))
+    anchors, valid = sample_anchors(loss_mask, a.anchors, 0, 0, ids)
     with torch.no_grad():
         fo = model.forward_train(
             torch.randn(1, t, 2 * a.hidden, device=dev, dtype=dtype), ids, anchors, valid

@@ -8,7 +8,7 @@ import torch
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
 from common.vocab import build_vocab_map
-from train.anchors import anchor_generator, sample_anchors, valid_anchor_mask
+from train.anchors import sample_anchors, valid_anchor_mask
 from train.loss import block_targets, distill_loss, summarize
 
 V, HT, T = 48, 16, 24
@@ -45,7 +45,7 @@ def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0):
     aux = torch.randn(n, T, 2 * HT, dtype=torch.float64)
     final = torch.randn(n, T, HT, dtype=torch.float64)
     head = torch.randn(V, HT, dtype=torch.float64)
-    anchors, valid = sample_anchors(loss_mask, 5, anchor_generator(0, 0, 0, 0))
+    anchors, valid = sample_anchors(loss_mask, 5, 0, 0, ids)
     return m, ids, loss_mask, aux, final, head, anchors, valid
 
 
@@ -139,10 +139,15 @@ def test_summary_tau_and_acceptance_are_pooled():
 
 def test_anchors_are_valid_distinct_and_keyed():
     lm = torch.rand(3, 50) > 0.3
-    a1, v1 = sample_anchors(lm, 10, anchor_generator(1, 5, 0, 0))
-    a2, v2 = sample_anchors(lm, 10, anchor_generator(1, 5, 0, 0))
-    a3, _ = sample_anchors(lm, 10, anchor_generator(1, 6, 0, 0))
+    ids = torch.randint(0, 100, (3, 50))
+    a1, v1 = sample_anchors(lm, 10, 1, 5, ids)
+    a2, v2 = sample_anchors(lm, 10, 1, 5, ids)
+    a3, _ = sample_anchors(lm, 10, 1, 6, ids)
     assert torch.equal(a1, a2) and torch.equal(v1, v2) and not torch.equal(a1, a3)
+    # A row's anchors do not depend on the other rows of its batch (rank/micro independence).
+    a_row, v_row = sample_anchors(lm[1:2], 10, 1, 5, ids[1:2])
+    k = int(v_row.sum())
+    assert torch.equal(a_row[0, :k], a1[1][v1[1]])
     ok = valid_anchor_mask(lm)
     for r in range(3):
         got = a1[r][v1[r]]

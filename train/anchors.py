@@ -1,11 +1,15 @@
 """Anchor sampling (dspark.md): valid p has loss_mask[p] & loss_mask[p+1] (same document);
 up to `num_anchors` per sequence, uniformly without replacement.
 
-Randomness is keyed by (seed, step, rank, micro-batch) through a fresh `torch.Generator`, so a
-resumed run draws exactly the anchors the uninterrupted run would have, with no RNG state to save.
+Randomness is keyed by (seed, step, the row's content): a fresh generator per row, so
+- a resumed run draws exactly the anchors the uninterrupted run drew (no RNG state to save);
+- a row gets the same anchors whichever rank or micro-batch holds it, so a data-parallel run is
+  the same computation as one process with the same global batch (tests/test_distributed_train.py).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 
@@ -19,10 +23,21 @@ def valid_anchor_mask(loss_mask: torch.Tensor, doc_ids: torch.Tensor | None = No
     return ok
 
 
+def row_generator(seed: int, step: int, row_ids: torch.Tensor) -> torch.Generator:
+    """Generator keyed by (seed, step, content of the row)."""
+    h = hashlib.blake2b(row_ids.to(torch.int64).cpu().numpy().tobytes(), digest_size=8)
+    h.update(f"{seed}:{step}".encode())
+    g = torch.Generator()
+    g.manual_seed(int.from_bytes(h.digest(), "little") & ((1 << 63) - 1))
+    return g
+
+
 def sample_anchors(
     loss_mask: torch.Tensor,  # [N, T]
     num_anchors: int,
-    generator: torch.Generator,
+    seed: int,
+    step: int,
+    input_ids: torch.Tensor,  # [N, T] (keys the randomness)
     doc_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (anchors [N, A] long, valid [N, A] bool), A = min(num_anchors, max valid count).
@@ -32,8 +47,9 @@ def sample_anchors(
     ok = valid_anchor_mask(loss_mask, doc_ids).cpu()
     n, t = ok.shape
     a = max(1, min(num_anchors, int(ok.sum(1).max())))
-    # Random keys, -inf on invalid positions: top-a keys = uniform sample without replacement.
-    keys = torch.rand(n, t, generator=generator)
+    # Random keys, -1 on invalid positions: the top-a keys of a row are a uniform sample
+    # without replacement of its valid positions (all of them if it has fewer than a).
+    keys = torch.stack([torch.rand(t, generator=row_generator(seed, step, r)) for r in input_ids])
     keys = torch.where(ok, keys, torch.tensor(-1.0))
     top = keys.topk(a, dim=1)
     valid = top.values >= 0
@@ -41,9 +57,3 @@ def sample_anchors(
     order = torch.where(valid, anchors, t).argsort(dim=1)  # sort valid anchors, padding last
     anchors, valid = anchors.gather(1, order), valid.gather(1, order)
     return anchors.to(loss_mask.device), valid.to(loss_mask.device)
-
-
-def anchor_generator(seed: int, step: int, rank: int, micro: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(((seed * 1_000_003 + step) * 1_009 + rank) * 101 + micro)
-    return g

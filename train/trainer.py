@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from common.model import DSparkDraftModel
 from common.target import TargetCapture, target_head_weights
-from train.anchors import anchor_generator, sample_anchors
+from train.anchors import sample_anchors
 from train.data import build_dataloader
 from train.loss import block_targets, summarize
 from train.metrics import RunLogger
@@ -72,7 +72,11 @@ class Trainer:
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(o, tc.max_steps))
-        self.objective, self.opt, self.sched = accelerator.prepare(objective, opt, sched)
+        self.objective, self.opt = accelerator.prepare(objective, opt)
+        # Not prepared: accelerate would step a prepared scheduler once per process (it assumes
+        # the global batch grows with the world size), which changes the LR curve under DDP.
+        self.sched = sched
+        accelerator.register_for_checkpointing(sched)
         self.rank, self.world = accelerator.process_index, accelerator.num_processes
         self.loader = build_dataloader(
             train_ds,
@@ -110,12 +114,16 @@ class Trainer:
                 return {k: v.to(self.acc.device) for k, v in batch.items()}
             self._iter = None  # epoch finished; the loader advanced its epoch
 
-    def _prepare(self, batch, step: int, micro: int):
+    def _prepare(self, batch, step: int):
         cfg = self.cfg
         draft = self.acc.unwrap_model(self.objective).draft
-        gen = anchor_generator(cfg.seed, step, self.rank, micro)
         anchors, valid = sample_anchors(
-            batch["loss_mask"], cfg.trainer.num_anchors, gen, batch.get("doc_ids")
+            batch["loss_mask"],
+            cfg.trainer.num_anchors,
+            cfg.seed,
+            step,
+            batch["input_ids"],
+            batch.get("doc_ids"),
         )
         tg = block_targets(
             batch["input_ids"],
@@ -147,9 +155,9 @@ class Trainer:
     def train_step(self) -> dict:
         tc = self.cfg.trainer
         micro = []
-        for i in range(tc.grad_accum):
+        for _ in range(tc.grad_accum):
             batch = self._next_batch()
-            micro.append((batch, *self._prepare(batch, self.step, i)))
+            micro.append((batch, *self._prepare(batch, self.step)))
         dens = {}
         for _, _, _, tg in micro:
             for k, v in tg.dens().items():
@@ -204,7 +212,7 @@ class Trainer:
             if i >= cfg.trainer.eval_batches:
                 break
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
-            anchors, valid, tg = self._prepare(batch, -1, i)  # fixed anchors for every eval
+            anchors, valid, tg = self._prepare(batch, -1)  # fixed anchors for every eval
             cap = self._capture(batch)
             dens = self._reduce(tg.dens())
             _, sums = self.objective(
