@@ -204,3 +204,23 @@ def test_regeneration_step_trains_on_the_targets_own_answers(target, tmp_path):
     # Resumable: a second run reuses what is there instead of regenerating it.
     assert main(fast(target, out, *extra, "overwrite=true")) == 0
     assert (out / "regenerated.jsonl").read_text() == before
+
+
+def test_dflash_ablation_trains_and_exports(target, tmp_path):
+    out = tmp_path / "dflash"
+    assert (
+        main(
+            fast(
+                target,
+                out,
+                "draft=dflash",
+                "draft.markov_rank=0",
+                "draft.enable_confidence_head=false",
+                "draft.confidence_head_with_markov=false",
+            )
+        )
+        == 0
+    )
+    cfg = json.loads((out / "final" / "config.json").read_text())
+    assert cfg["markov_rank"] == 0 and cfg["enable_confidence_head"] is False
+    assert check_checkpoint(out / "final") == []

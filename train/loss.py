@@ -93,9 +93,10 @@ def distill_loss(
     cfg = model.config
     n, a, nd = tg.labels.shape
     keep = tg.mask.view(-1) > 0
-    h = fo.hidden.reshape(-1, fo.hidden.shape[-1])[keep]
-    u = fo.markov_input.reshape(-1, fo.markov_input.shape[-1])[keep]
-    e = fo.markov_embed.reshape(-1, fo.markov_embed.shape[-1])[keep]
+    # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
+    h = fo.hidden.flatten(0, -2)[keep]
+    u = fo.markov_input.flatten(0, -2)[keep]
+    e = fo.markov_embed.flatten(0, -2)[keep]
     pos = tg.label_pos.view(n, -1)
     th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
     th = th.reshape(-1, teacher_final.shape[-1])[keep]
