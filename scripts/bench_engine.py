@@ -25,7 +25,12 @@ from serve.engine import Engine, EngineOptions, SamplingParams  # noqa: E402
 
 
 def load_real(args):
-    opts = dict(target=args.target, dtype=args.dtype, draft_sampling=args.draft_sampling)
+    opts = dict(
+        target=args.target,
+        dtype=args.dtype,
+        draft_sampling=args.draft_sampling,
+        device=args.device,
+    )
     base = Engine.from_options(EngineOptions(**opts, max_num_seqs=max(args.batch)))
     spec = Engine.from_options(
         EngineOptions(**opts, checkpoint=args.checkpoint, max_num_seqs=max(args.batch))
@@ -147,6 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--block-size", type=int, default=7, help="synthetic draft block size")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--device", default="cpu", help="engine device for a real target/draft")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -168,7 +174,8 @@ def main(argv=None) -> int:
         base, spec = load_synthetic(args)
     print(f"# {source}")
     print(
-        f"# device cpu, threads {args.threads}, N={spec.num_spec}, T={args.temperature}, "
+        f"# device {args.device if real else 'cpu'}, threads {args.threads}, "
+        f"N={spec.num_spec}, T={args.temperature}, "
         f"draft_sampling={args.draft_sampling}, prompt {args.prompt_len}, "
         f"max_tokens {args.max_tokens}, repeats {args.repeats}"
     )
