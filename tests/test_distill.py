@@ -224,3 +224,14 @@ def test_dflash_ablation_trains_and_exports(target, tmp_path):
     cfg = json.loads((out / "final" / "config.json").read_text())
     assert cfg["markov_rank"] == 0 and cfg["enable_confidence_head"] is False
     assert check_checkpoint(out / "final") == []
+
+
+@pytest.mark.parametrize("mode", ["offline", "disabled"])
+def test_wandb_offline_and_disabled_work(target, tmp_path, monkeypatch, mode):
+    monkeypatch.setenv("WANDB_MODE", mode)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / mode
+    assert main(fast(target, out, "logger=wandb", "trainer.max_steps=2")) == 0
+    assert (out / "wandb_run_id").exists() and (out / "final" / "config.json").exists()
+    if mode == "offline":
+        assert list((out / "wandb").glob("offline-run-*")), "no offline wandb run written"

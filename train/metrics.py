@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 
@@ -26,7 +27,7 @@ class RunLogger:
 
             mode = os.environ.get("WANDB_MODE", lcfg.mode)
             id_file = output_dir / "wandb_run_id"
-            run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+            run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
             id_file.write_text(run_id)
             self.wandb = wandb.init(
                 project=lcfg.project,
