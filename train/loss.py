@@ -182,3 +182,39 @@ def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
         out["conf_abs_err"] = float(sums["conf_err_num"].sum() / den.sum())
         out["conf_cumprod_bias"] = float(sums["cum_bias_num"].sum() / den.sum())
     return out
+
+
+@torch.no_grad()
+def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head, chunk=1024):
+    """Per-slot acceptance 1 - TV(p_draft, p_teacher) -> [N, A, Nd] (0 where tg.mask is 0),
+    with the same chunked terms as the loss. Used by calibration and evaluation."""
+    n, a, nd = tg.labels.shape
+    keep = tg.mask.view(-1) > 0
+    h = fo.hidden.flatten(0, -2)[keep]
+    hu = torch.cat([h, fo.markov_input.flatten(0, -2)[keep].to(h.dtype)], dim=-1)
+    pos = tg.label_pos.view(n, -1)
+    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
+    th = th.reshape(-1, teacher_final.shape[-1])[keep]
+    sel = model.draft_ids_in_target if model.config.reduced_vocab else None
+    labels = torch.zeros(hu.shape[0], dtype=torch.long, device=hu.device)  # CE unused here
+    w = model.fused_head_weight()
+    l1 = (
+        torch.cat(
+            [
+                _chunk_terms(
+                    hu[s : s + chunk],
+                    th[s : s + chunk],
+                    labels[s : s + chunk],
+                    w,
+                    teacher_lm_head,
+                    sel,
+                )[1]
+                for s in range(0, hu.shape[0], chunk)
+            ]
+        )
+        if hu.shape[0]
+        else hu.new_zeros(0)
+    )
+    out = torch.zeros(n * a * nd, dtype=l1.dtype, device=l1.device)
+    out[keep] = (1 - l1 / 2).clamp(0, 1)
+    return out.view(n, a, nd)

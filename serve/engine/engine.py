@@ -31,6 +31,7 @@ import time
 import torch
 from torch import nn
 
+from common.sampling.calibration import apply_temperatures, load_temperatures
 from serve.engine.draft_runner import DraftRunner
 from serve.engine.kv_cache import round_up
 from serve.engine.loader import (
@@ -92,6 +93,12 @@ class Engine:
         topk = draft.config.dspark_draft_topk if draft is not None else None
         self.sampler = Sampler(opts.draft_sampling, topk)
         self.sps = self._sps_table() if opts.adaptive_verification else None
+        # STS-calibrated confidences for the scheduler, when the checkpoint was calibrated.
+        self.conf_temperatures = (
+            load_temperatures(opts.checkpoint)
+            if self.sps is not None and opts.checkpoint is not None
+            else None
+        )
         self.scheduler = Scheduler(opts.max_num_seqs)
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats(SpecDecodeStats(self.num_spec))
@@ -259,7 +266,10 @@ class Engine:
         )
         t0 = self._clock()
         if self.sps is not None:
-            verify_len = plan_verify_lengths(prop.walk.confidence, self.sps).verify_len
+            conf = prop.walk.confidence
+            if self.conf_temperatures is not None:
+                conf = apply_temperatures(conf, self.conf_temperatures)
+            verify_len = plan_verify_lengths(conf, self.sps).verify_len
         else:
             verify_len = torch.full((len(reqs),), self.num_spec, device=self.device)
         # Static N+1 queries unless adaptive verification shortened every row's block.
