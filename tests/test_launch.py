@@ -37,30 +37,14 @@ from serve.vllm_args import (
     target_has_compute_logits_local,
     vllm_version_ok,
 )
+from tests.conftest import tiny_config as conftest_tiny_config
 
 # ---------------------------------------------------------------- fixtures
 
-# A tiny draft (V=96, H=32, B=4, r=8); only its config and tensor names/shapes matter here.
-TINY = dict(
-    vocab_size=96,
-    target_hidden_size=16,
-    target_num_hidden_layers=6,
-    target_layer_ids=[1, 3],
-    mask_token_id=95,
-    hidden_size=32,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    intermediate_size=48,
-    max_position_embeddings=256,
-    block_size=4,
-    markov_rank=8,
-)
 
-
+# A tiny draft (V=96, H=32, B=4, r=8, one layer); only its config and tensor names/shapes matter.
 def tiny_config(**overrides) -> DSparkConfig:
-    return DSparkConfig(**{**TINY, **overrides})
+    return conftest_tiny_config(**{"num_hidden_layers": 1, **overrides})
 
 
 def tiny_model(**overrides) -> DSparkDraftModel:
