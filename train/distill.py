@@ -133,9 +133,10 @@ def run(cfg) -> dict:
 
 def print_summary(summary: dict, final: Path) -> None:
     ev, ev0 = summary["eval"] or summary["train"], summary["eval_untrained"]
+    where = "held-out" if summary["eval"] else "last training step"
     print(f"\n[distill] final checkpoint: {final}")
     print(
-        f"[distill] analytic tau (held-out): {ev['analytic_tau']:.3f}"
+        f"[distill] analytic tau ({where}): {ev['analytic_tau']:.3f}"
         + (f"  (untrained draft: {ev0['analytic_tau']:.3f})" if ev0 else "")
     )
     print(
