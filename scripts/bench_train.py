@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -85,7 +86,7 @@ def bench_step(a) -> list[dict]:
 
     with tempfile.TemporaryDirectory() as tmp:
         over = [
-            "+experiment=tiny",
+            f"+experiment={a.experiment}",
             f"output_dir={tmp}",
             f"trainer.max_steps={a.steps}",
             "trainer.eval_every=0",
@@ -94,7 +95,7 @@ def bench_step(a) -> list[dict]:
             "data.heldout=null",
             "export.speculators=false",
         ]
-        if a.gpu:
+        if a.gpu and a.experiment == "tiny":  # GPU experiments choose their own trainer
             over += [
                 "trainer=gpu",
                 "trainer.micro_batch_size=16",
@@ -107,16 +108,65 @@ def bench_step(a) -> list[dict]:
         if rc != 0:
             raise SystemExit(rc)
         recs = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+        prov = json.loads((Path(tmp) / "final" / "provenance.json").read_text())
     tps = [r["tokens_per_s"] for r in recs if r["split"] == "train"][1:]  # skip warm-up step
-    return [
-        {
-            "run": "tiny" + (" (gpu)" if a.gpu else " (cpu)"),
-            "steps": a.steps,
-            "tokens_per_s_median": statistics.median(tps),
-            "tokens_per_s_max": max(tps),
-            "peak_mib": mem.delta / 2**20,
-        }
-    ]
+    row = {
+        "run": a.experiment + (" (gpu)" if a.gpu else " (cpu)"),
+        "steps": a.steps,
+        "tokens_per_s_median": statistics.median(tps),
+        "tokens_per_s_max": max(tps),
+        "peak_mib": mem.delta / 2**20,
+    }
+    if a.gpu:
+        flops_per_token = step_flops_per_token(prov["resolved_config"], prov["dspark_config"])
+        peak = measured_bf16_flops()
+        row["model_tflops_per_s"] = flops_per_token * row["tokens_per_s_median"] / 1e12
+        row["bf16_matmul_tflops_per_s"] = peak / 1e12
+        row["mfu"] = flops_per_token * row["tokens_per_s_median"] / peak
+    return [row]
+
+
+def step_flops_per_token(run: dict, draft: dict) -> float:
+    """Approximate training FLOPs per sequence token: linear layers and heads only (attention
+    scores excluded), 2*params per token forward, 3x that for forward+backward.
+    - target forward: 2 * P_target(decoder, no embedding) per token;
+    - teacher logits: 2 * V * H_t per supervised draft row;
+    - draft: 6 * P_draft_backbone per block token (A*B per sequence), context K/V
+      6 * 2 * kv * hd * H * L per token, fused head 6 * Vd * (H + r) per draft row (x4/3: the
+      loss's checkpoint recompute).
+    """
+    from transformers import AutoConfig
+
+    t = AutoConfig.from_pretrained(run["target"]["path"]).get_text_config()
+    h, inter, nl = t.hidden_size, t.intermediate_size, t.num_hidden_layers
+    hd = getattr(t, "head_dim", None) or h // t.num_attention_heads
+    attn = h * hd * (2 * t.num_attention_heads + 2 * t.num_key_value_heads)
+    p_target = nl * (attn + 3 * h * inter)
+    dh, dl, di = draft["hidden_size"], draft["num_hidden_layers"], draft["intermediate_size"]
+    dhd, dkv = draft["head_dim"], draft["num_key_value_heads"]
+    p_draft = dl * (dh * dhd * (2 * draft["num_attention_heads"] + 2 * dkv) + 3 * dh * di)
+    seq, anchors = run["data"]["seq_len"], run["trainer"]["num_anchors"]
+    block, nd = draft["block_size"], draft["num_speculative_tokens"]
+    rows_per_token = anchors * nd / seq
+    vd, r = draft["draft_vocab_size"], draft["markov_rank"]
+    per_token = 2 * p_target + 2 * t.vocab_size * h * rows_per_token
+    per_token += 6 * p_draft * anchors * block / seq + 6 * dl * 2 * dkv * dhd * dh
+    per_token += 6 * (4 / 3) * vd * (dh + r) * rows_per_token
+    return float(per_token)
+
+
+def measured_bf16_flops(n: int = 8192, iters: int = 10) -> float:
+    """The bf16 matmul rate of this GPU on random data: the MFU denominator."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * iters / (time.perf_counter() - t0)
 
 
 def print_table(rows: list[dict]) -> None:
@@ -144,6 +194,7 @@ def main(argv=None) -> int:
     sp = sub.add_parser("step")
     sp.add_argument("--steps", type=int, default=12)
     sp.add_argument("--gpu", action="store_true")
+    sp.add_argument("--experiment", default="tiny")
     sp.add_argument("overrides", nargs="*", help="extra train.distill overrides")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args(argv)
