@@ -10,8 +10,8 @@ Steps, on the same held-out prompts (TARGET/data/heldout.jsonl user turns, chat 
    mean acceptance length and per-position rates (accepted at k / drafts).
 3. Our engine (`serve.engine`), same prompts, greedy then T=1, same counters.
 Checks (exit 1 if any fails): vLLM greedy == HF greedy == engine greedy, token for token;
-per-position rates of vLLM and engine within --tol (absolute) at both temperatures. A random draft gets ~0 in
-vLLM (seen); a trained one must land near our engine's figures.
+per-position rates of vLLM and engine within --tol (absolute) at both temperatures. A random
+draft gets ~0 in vLLM (seen); a trained one must land near our engine's figures.
 
 vLLM 0.26 (the H200 image's torch) reads the layout from `dspark_bonus_anchor`; our config writes
 both layout keys. `--strip-embed` serves a copy without `embed_tokens` (vLLM then shares the
