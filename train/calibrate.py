@@ -25,9 +25,10 @@ from common.sampling.calibration import (
     fit_temperature,
 )
 from common.target import TargetCapture, target_head_weights
-from train.anchors import sample_anchors
+from train.blocks import anchor_blocks, capture_batch
 from train.data import build_dataloader
-from train.loss import block_acceptance, block_targets
+from train.loss import block_acceptance
+from train.schema import LossCfg
 from train.setup import build_split, load_target
 
 
@@ -50,20 +51,10 @@ def collect(draft, target, tok, data: str, seq_len: int, max_rows: int, anchors:
     zs, accs, masks = [], [], []
     for batch in build_dataloader(ds, 4, seed=seed, shuffle=False, drop_last=False):
         batch = {k: v.to(dev) for k, v in batch.items()}
-        d = batch["doc_ids"]
-        causal = torch.ones(d.shape[1], d.shape[1], dtype=torch.bool, device=dev).tril()
-        mask4 = ((d.unsqueeze(2) == d.unsqueeze(1)) & causal).unsqueeze(1)
-        cap = capture(batch["input_ids"], attention_mask=mask4, position_ids=batch["position_ids"])
-        a, v = sample_anchors(batch["loss_mask"], anchors, seed, -1, batch["input_ids"], d)
-        fo = draft.forward_train(cap.aux, batch["input_ids"], a, v, batch["position_ids"], d)
-        tg = block_targets(
-            batch["input_ids"],
-            batch["loss_mask"],
-            a,
-            v,
-            draft.config.num_speculative_tokens,
-            draft.t2d,
-            doc_ids=d,
+        cap = capture_batch(capture, batch)
+        a, v, tg = anchor_blocks(batch, draft.config, draft.t2d, anchors, seed, -1, LossCfg().decay)
+        fo = draft.forward_train(
+            cap.aux, batch["input_ids"], a, v, batch["position_ids"], batch["doc_ids"]
         )
         acc = block_acceptance(draft, fo, tg, cap.final, head)
         z = draft.confidence_head.logits(fo.hidden, fo.markov_embed)

@@ -78,6 +78,59 @@ def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel):
     return ce, l1
 
 
+@dataclass
+class KeptRows:
+    """The supervised (mask > 0) draft rows of a batch, flattened (M rows):
+    keep [N*A*Nd] bool; h [M, H]; e = W1[prev] [M, r]; hu = [h; u] [M, H+r] (u: Markov bias
+    input); th [M, Ht] teacher hidden at label-1; labels_d [M] draft id of the data token (-1
+    outside the draft vocab); sel [Vd] target ids of the draft vocab (None: full vocab)."""
+
+    keep: torch.Tensor
+    h: torch.Tensor
+    e: torch.Tensor
+    hu: torch.Tensor
+    th: torch.Tensor
+    labels_d: torch.Tensor
+    sel: torch.Tensor | None
+
+
+def kept_rows(model: DSparkDraftModel, fo, tg: BlockTargets, teacher_final) -> KeptRows:
+    n = tg.labels.shape[0]
+    keep = tg.mask.view(-1) > 0
+    # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
+    h = fo.hidden.flatten(0, -2)[keep]
+    u = fo.markov_input.flatten(0, -2)[keep]
+    e = fo.markov_embed.flatten(0, -2)[keep]
+    pos = tg.label_pos.view(n, -1)
+    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
+    th = th.reshape(-1, teacher_final.shape[-1])[keep]
+    labels = tg.labels.reshape(-1)[keep]
+    t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
+    labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
+    sel = model.draft_ids_in_target if model.config.reduced_vocab else None
+    hu = torch.cat([h, u.to(h.dtype)], dim=-1)
+    return KeptRows(keep, h, e, hu, th, labels_d, sel)
+
+
+def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed: bool):
+    """(ce [M], l1 [M]) over `chunk` rows at a time; `checkpointed` recomputes each chunk in the
+    backward pass instead of keeping its [chunk, vocab] tensors."""
+    w_fused = model.fused_head_weight()
+    ces, l1s = [], []
+    for s in range(0, rows.hu.shape[0], chunk):
+        args = (rows.hu[s : s + chunk], rows.th[s : s + chunk], rows.labels_d[s : s + chunk])
+        args = (*args, w_fused, teacher_lm_head, rows.sel)
+        ce, l1 = (
+            checkpoint(_chunk_terms, *args, use_reentrant=False)
+            if checkpointed
+            else _chunk_terms(*args)
+        )
+        ces.append(ce)
+        l1s.append(l1)
+    empty = rows.hu.new_zeros(0)
+    return (torch.cat(ces) if ces else empty), (torch.cat(l1s) if l1s else empty)
+
+
 def distill_loss(
     model: DSparkDraftModel,
     fo,  # TrainForward
@@ -90,31 +143,9 @@ def distill_loss(
     confidence_detach: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work."""
-    cfg = model.config
-    n, a, nd = tg.labels.shape
-    keep = tg.mask.view(-1) > 0
-    # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
-    h = fo.hidden.flatten(0, -2)[keep]
-    u = fo.markov_input.flatten(0, -2)[keep]
-    e = fo.markov_embed.flatten(0, -2)[keep]
-    pos = tg.label_pos.view(n, -1)
-    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
-    th = th.reshape(-1, teacher_final.shape[-1])[keep]
-    labels = tg.labels.reshape(-1)[keep]
-    t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
-    labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
-    sel = model.draft_ids_in_target if cfg.reduced_vocab else None
-    w_fused = model.fused_head_weight()
-    hu = torch.cat([h, u.to(h.dtype)], dim=-1)
-
-    ces, l1s = [], []
-    for s in range(0, hu.shape[0], chunk_tokens):
-        args = (hu[s : s + chunk_tokens], th[s : s + chunk_tokens], labels_d[s : s + chunk_tokens])
-        ce, l1 = checkpoint(_chunk_terms, *args, w_fused, teacher_lm_head, sel, use_reentrant=False)
-        ces.append(ce)
-        l1s.append(l1)
-    ce = torch.cat(ces) if ces else hu.new_zeros(0)
-    l1 = torch.cat(l1s) if l1s else hu.new_zeros(0)
+    rows = kept_rows(model, fo, tg, teacher_final)
+    keep, h, e = rows.keep, rows.h, rows.e
+    ce, l1 = vocab_terms(model, rows, teacher_lm_head, chunk_tokens, checkpointed=True)
 
     wmask = (tg.mask * tg.decay).view(-1)[keep]
     wce = (tg.ce_mask * tg.decay).view(-1)[keep]
@@ -187,34 +218,9 @@ def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
 @torch.no_grad()
 def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head, chunk=1024):
     """Per-slot acceptance 1 - TV(p_draft, p_teacher) -> [N, A, Nd] (0 where tg.mask is 0),
-    with the same chunked terms as the loss. Used by calibration and evaluation."""
-    n, a, nd = tg.labels.shape
-    keep = tg.mask.view(-1) > 0
-    h = fo.hidden.flatten(0, -2)[keep]
-    hu = torch.cat([h, fo.markov_input.flatten(0, -2)[keep].to(h.dtype)], dim=-1)
-    pos = tg.label_pos.view(n, -1)
-    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
-    th = th.reshape(-1, teacher_final.shape[-1])[keep]
-    sel = model.draft_ids_in_target if model.config.reduced_vocab else None
-    labels = torch.zeros(hu.shape[0], dtype=torch.long, device=hu.device)  # CE unused here
-    w = model.fused_head_weight()
-    l1 = (
-        torch.cat(
-            [
-                _chunk_terms(
-                    hu[s : s + chunk],
-                    th[s : s + chunk],
-                    labels[s : s + chunk],
-                    w,
-                    teacher_lm_head,
-                    sel,
-                )[1]
-                for s in range(0, hu.shape[0], chunk)
-            ]
-        )
-        if hu.shape[0]
-        else hu.new_zeros(0)
-    )
-    out = torch.zeros(n * a * nd, dtype=l1.dtype, device=l1.device)
-    out[keep] = (1 - l1 / 2).clamp(0, 1)
-    return out.view(n, a, nd)
+    with the same chunked terms as the loss. Used by calibration."""
+    rows = kept_rows(model, fo, tg, teacher_final)
+    _, l1 = vocab_terms(model, rows, teacher_lm_head, chunk, checkpointed=False)
+    out = torch.zeros(rows.keep.numel(), dtype=l1.dtype, device=l1.device)
+    out[rows.keep] = (1 - l1 / 2).clamp(0, 1)
+    return out.view(tg.labels.shape)

@@ -19,9 +19,9 @@ from tqdm.auto import tqdm
 
 from common.model import DSparkDraftModel
 from common.target import TargetCapture, target_head_weights
-from train.anchors import sample_anchors
+from train.blocks import anchor_blocks, capture_batch
 from train.data import build_dataloader
-from train.loss import block_targets, summarize
+from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
 from train.state import latest_checkpoint, load_checkpoint_state, save_checkpoint_state
@@ -117,36 +117,9 @@ class Trainer:
     def _prepare(self, batch, step: int):
         cfg = self.cfg
         draft = self.acc.unwrap_model(self.objective).draft
-        anchors, valid = sample_anchors(
-            batch["loss_mask"],
-            cfg.trainer.num_anchors,
-            cfg.seed,
-            step,
-            batch["input_ids"],
-            batch.get("doc_ids"),
+        return anchor_blocks(
+            batch, draft.config, draft.t2d, cfg.trainer.num_anchors, cfg.seed, step, cfg.loss.decay
         )
-        tg = block_targets(
-            batch["input_ids"],
-            batch["loss_mask"],
-            anchors,
-            valid,
-            draft.config.num_speculative_tokens,
-            draft.t2d,
-            cfg.loss.decay,
-            batch.get("doc_ids"),
-        )
-        return anchors, valid, tg
-
-    def _capture(self, batch):
-        kwargs = {}
-        if "doc_ids" in batch:
-            # Packed documents must not see each other in the target either.
-            d = batch["doc_ids"]
-            t = d.shape[1]
-            causal = torch.ones(t, t, dtype=torch.bool, device=d.device).tril()
-            kwargs["attention_mask"] = ((d.unsqueeze(2) == d.unsqueeze(1)) & causal).unsqueeze(1)
-            kwargs["position_ids"] = batch["position_ids"]
-        return self.capture(batch["input_ids"], **kwargs)
 
     def _reduce(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: self.acc.reduce(v.detach().float(), reduction="sum") for k, v in sums.items()}
@@ -166,7 +139,7 @@ class Trainer:
         totals: dict[str, torch.Tensor] = {}
         tokens = 0
         for i, (batch, anchors, valid, tg) in enumerate(micro):
-            cap = self._capture(batch)
+            cap = capture_batch(self.capture, batch)
             sync = i == len(micro) - 1
             ctx = contextlib.nullcontext() if sync else self.acc.no_sync(self.objective)
             with ctx:
@@ -213,7 +186,7 @@ class Trainer:
                 break
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
             anchors, valid, tg = self._prepare(batch, -1)  # fixed anchors for every eval
-            cap = self._capture(batch)
+            cap = capture_batch(self.capture, batch)
             dens = self._reduce(tg.dens())
             _, sums = self.objective(
                 cap.aux, cap.final, self.teacher_head, batch, anchors, valid, tg, dens
