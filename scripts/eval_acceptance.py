@@ -47,7 +47,7 @@ def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed:
         SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i)
         for i in range(len(prompts))
     ]
-    engine.generate(prompts, params)
+    outputs = engine.generate(prompts, params)
     after = engine.stats.snapshot().spec
     drafts = after.num_drafts - before.num_drafts
     acc = after.num_accepted_tokens - before.num_accepted_tokens
@@ -63,6 +63,7 @@ def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed:
         "mean_acceptance_length": 1 + acc / max(drafts, 1),
         "per_position_rate": [a / max(drafts, 1) for a in per_pos],
         "conditional_acceptance": [a / max(r, 1) for a, r in zip(per_pos, reached, strict=True)],
+        "outputs": outputs,
     }
 
 
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
         for t in a.temperatures:
             for dom, ps in sorted(prompts.items()):
                 r = evaluate(engine, ps, t, a.max_tokens, a.seed)
+                r.pop("outputs")  # token ids: not part of the report
                 rows.append({"draft": name, "temperature": t, "domain": dom, **r})
                 print(
                     f"{name:>8} T={t:<4} {dom:>6} tau={r['mean_acceptance_length']:.3f} "

@@ -515,28 +515,14 @@ def test_auto_falls_back_and_says_why(assets, machine, capsys):
 
 
 def test_embedded_branch_builds_engine_options(assets, machine, monkeypatch, capsys):
-    calls = {}
+    """The real EngineOptions is built; only the (blocking) server is stubbed."""
+    from serve.engine.options import EngineOptions
 
-    @dataclasses.dataclass
-    class FakeOptions:
-        target: str
-        checkpoint: str | None = None
-        device: str = "cpu"
-        dtype: str = "float32"
-        num_speculative_tokens: int | None = None
-        draft_sampling: str = "probabilistic"
-        adaptive_verification: bool = False
-        sps_table: str | None = None
-        max_num_seqs: int = 8
-        max_model_len: int = 2048
-        seed: int = 0
+    calls = {}
 
     def run_server(opts, host, port, served_model_name=None):
         calls.update(opts=opts, host=host, port=port, name=served_model_name)
 
-    monkeypatch.setitem(
-        sys.modules, "serve.engine.options", types.SimpleNamespace(EngineOptions=FakeOptions)
-    )
     monkeypatch.setitem(
         sys.modules, "serve.api.server", types.SimpleNamespace(run_server=run_server)
     )
@@ -553,7 +539,7 @@ def test_embedded_branch_builds_engine_options(assets, machine, monkeypatch, cap
     )
     assert rc == 0
     opts = calls["opts"]
-    assert opts == FakeOptions(
+    assert opts == EngineOptions(
         target=assets["target"],
         checkpoint=assets["onen"],
         device="cpu",

@@ -28,25 +28,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from scripts.eval_acceptance import evaluate, heldout_prompts  # noqa: E402
+
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 DTYPE = "bfloat16"  # --dtype; greedy equality across three implementations needs one dtype
 
 
 def prompts_of(target: str, n: int) -> list[list[int]]:
+    """`n` held-out prompts, domains interleaved (scripts/eval_acceptance.py renders them)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(target)
-    out = []
-    for line in (Path(target) / "data" / "heldout.jsonl").read_text().splitlines()[:n]:
-        msgs = [m for m in json.loads(line)["messages"] if m["role"] != "assistant"][:2]
-        out.append(
-            list(
-                tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)[
-                    "input_ids"
-                ]
-            )
-        )
-    return out
+    by_domain = heldout_prompts(target, AutoTokenizer.from_pretrained(target), n)
+    mixed = [p for group in zip(*by_domain.values(), strict=False) for p in group]
+    return mixed[:n]
 
 
 def hf_greedy(target: str, prompts, max_tokens: int) -> list[list[int]]:
@@ -112,44 +107,18 @@ def run_vllm(target, draft, n_spec, prompts, max_tokens) -> dict:
 
 
 def run_engine(target, draft, prompts, max_tokens) -> dict:
-    from serve.engine import Engine, EngineOptions, SamplingParams
+    from serve.engine import Engine, EngineOptions
 
-    eng = Engine.from_options(
-        EngineOptions(
-            target=target,
-            checkpoint=draft,
-            device="cuda",
-            dtype=DTYPE,
-            max_num_seqs=16,
-            max_model_len=2048,
-        )
+    opts = EngineOptions(
+        target=target,
+        checkpoint=draft,
+        device="cuda",
+        dtype=DTYPE,
+        max_num_seqs=16,
+        max_model_len=2048,
     )
-    res = {}
-    for t in (0.0, 1.0):
-        b = eng.stats.snapshot().spec
-        outs = eng.generate(
-            prompts,
-            [
-                SamplingParams(max_tokens=max_tokens, temperature=t, seed=i)
-                for i in range(len(prompts))
-            ],
-        )
-        a = eng.stats.snapshot().spec
-        d = a.num_drafts - b.num_drafts
-        pp = [
-            x - y
-            for x, y in zip(
-                a.num_accepted_tokens_per_pos, b.num_accepted_tokens_per_pos, strict=True
-            )
-        ]
-        res[str(t)] = {
-            "drafts": d,
-            "mean_acceptance_length": 1
-            + (a.num_accepted_tokens - b.num_accepted_tokens) / max(d, 1),
-            "per_position_rate": [x / max(d, 1) for x in pp],
-            "outputs": outs,
-        }
-    return res
+    eng = Engine.from_options(opts)
+    return {str(t): evaluate(eng, prompts, t, max_tokens, seed=0) for t in (0.0, 1.0)}
 
 
 def strip_embed(draft: str) -> str:
