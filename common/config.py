@@ -263,6 +263,12 @@ class DSparkConfig:
             "sample_from_anchor": self.sample_from_anchor,
             "dspark_bonus_anchor": not self.sample_from_anchor,
             "num_speculative_tokens": self.num_speculative_tokens,
+            # vLLM <= 0.26 sizes `fc` from here (else from num_hidden_layers); newer vLLM reads it
+            # first too, with the same meaning as the top-level keys, which stay the source.
+            "dflash_config": {
+                "target_layer_ids": list(self.target_layer_ids),
+                "mask_token_id": self.mask_token_id,
+            },
         }
         if self.dspark_draft_topk is not None:
             d["dspark_draft_topk"] = self.dspark_draft_topk
@@ -281,6 +287,12 @@ class DSparkConfig:
                 "config.json has sample_from_anchor == dspark_bonus_anchor: the layout keys "
                 "must be opposite (dspark_bonus_anchor = not sample_from_anchor)."
             )
+        for key, value in (d.get("dflash_config") or {}).items():
+            if key in ("target_layer_ids", "mask_token_id") and key in d and value != d[key]:
+                raise ConfigError(
+                    f"config.json has dflash_config.{key}={value} but {key}={d[key]}: vLLM "
+                    "reads dflash_config first, so both must be equal."
+                )
         sfa = d.get("sample_from_anchor")
         if sfa is None:
             sfa = not d.get("dspark_bonus_anchor", False)

@@ -121,6 +121,19 @@ def test_hf_dict_round_trip(overrides):
     assert d["layer_types"] == ["full_attention"] * cfg.num_hidden_layers
     assert "is_causal" not in d
     assert d["draft_vocab_size"] == cfg.draft_vocab
+    # vLLM 0.26 sizes fc from dflash_config.target_layer_ids (else from num_hidden_layers).
+    assert d["dflash_config"] == {
+        "target_layer_ids": list(cfg.target_layer_ids),
+        "mask_token_id": cfg.mask_token_id,
+    }
+
+
+@pytest.mark.parametrize("key, bad", [("target_layer_ids", [0]), ("mask_token_id", 5)])
+def test_dflash_config_mirror_must_agree(key, bad):
+    d = tiny_config().to_hf_dict()
+    d["dflash_config"] = {**d["dflash_config"], key: bad}
+    with pytest.raises(ConfigError, match=f"dflash_config.{key}"):
+        DSparkConfig.from_hf_dict(d)
 
 
 @pytest.mark.parametrize("sfa", [True, False])

@@ -4,6 +4,6 @@
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 for e in small_gpu small_gpu_dflash; do
   python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false "$@" \
-    2>&1 | grep -v "it/s\|examples/s" | tail -8 | tee "$OUT/$e.log"
+    2>&1 | grep --line-buffered -v "it/s\|examples/s" | tee "$OUT/$e.log"
   cp outputs/$e/metrics.jsonl "$OUT/$e.metrics.jsonl"; cp outputs/$e/summary.json "$OUT/$e.summary.json"
 done

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Issue 9, the 4th back-to-back call of ../shared/device/vllm026/README.md (after three calls that
-# copy .c1-.c3 to /tmp/vx): install vLLM 0.26 + deps into /tmp/site, then run the serve-time
-# acceptance gate on the small target + DSpark draft trained by issue7_*.sh (still on the machine),
-# or on the carried tiny pair: TARGET=artifacts/tiny-target DRAFT=outputs/tiny/final.
-set -uo pipefail; cd "$(dirname "$0")/../.."
-cp .c4/* /tmp/vx/ && cd /tmp/vx && cat vllmpart.0* > vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl \
-  && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/vx/*.whl
-cd - >/dev/null; source scripts/gpu/env.sh
-python3 scripts/gpu/vllm_vs_engine.py --target "${TARGET:-artifacts/small-target}" \
-  --draft "${DRAFT:-outputs/small_gpu/final}" --json "$OUT/vllm_gate.json" "$@" 2>&1 \
-  | grep -v "it/s" | tail -60 | tee "$OUT/vllm_gate.txt"
+# Issue 9: the serve-time acceptance gate in one script: train (if $DRAFT is absent), export and
+# check the checkpoint, serve it through real vLLM 0.26 and compare with our engine
+# (scripts/gpu/vllm_vs_engine.py; exit 1 if a check fails). Needs vLLM in /tmp/vsite
+# (vllm_install.sh; waited for up to 15 min). Pair: the small one of issue7_*.sh by default, or
+#   TARGET=artifacts/tiny-target DRAFT=outputs/tiny/final EXPERIMENT=tiny bash scripts/gpu/issue9_vllm.sh
+set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
+TARGET="${TARGET:-artifacts/small-target}"; DRAFT="${DRAFT:-outputs/small_gpu/final}"
+if [ ! -f "$DRAFT/model.safetensors" ]; then  # train + export (the final/ folder is the export)
+  python3 -m train.distill +experiment="${EXPERIMENT:-small_gpu}" overwrite=true \
+    trainer.progress=false 2>&1 | tail -5
+fi
+python3 -m serve.check "$DRAFT" --vllm
+for _ in $(seq 180); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
+export PYTHONPATH="/tmp/vsite:$PYTHONPATH"
+python3 scripts/gpu/vllm_vs_engine.py --target "$TARGET" --draft "$DRAFT" \
+  --json "$OUT/vllm_gate.json" "$@" 2>&1 | grep -v "it/s]" | tee "$OUT/vllm_gate.txt"
