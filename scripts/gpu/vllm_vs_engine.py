@@ -13,9 +13,13 @@ interleaved), greedy (T=0) then probabilistic (T=1):
 3. HF greedy: the target's own `generate` in --engine-dtype (batched, left-padded).
 4. Our engine (`serve.engine`) in --engine-dtype, same prompts, same counters.
 Checks (exit 1 if any fails):
-- vLLM DSpark greedy == vLLM target-only greedy and engine greedy == HF greedy, token for token
-  (outputs cut at the first stop id): speculative decoding is lossless in each stack. vLLM's
-  bf16 kernels and HF's float32 can part at a near-tie, so vLLM vs HF is reported, not gated.
+- engine greedy == HF greedy, token for token (outputs cut at the first stop id);
+- vLLM DSpark greedy == vLLM target-only greedy, except where the two runs pick different tokens
+  that the target ties: at each step where they part, prompt + shared prefix is re-scored by
+  the HF target in float64, and the logit gap between the two picks must be <= --tie-tol.
+  Different batch shapes round differently, so a near-tie can flip in any dtype (seen in bf16:
+  22 of 64 prompts, gaps up to 0.11; in float32: 1 of 64, gap 2.4e-4); a lossy verifier would
+  instead pick tokens the target ranks clearly lower. vLLM vs HF is reported, not gated;
 - per-position rates of vLLM and engine within --tol (absolute) at both temperatures.
 
 vLLM 0.26 (the newest on the GPU image's torch 2.11) reads the layout from `dspark_bonus_anchor`
@@ -82,6 +86,36 @@ def hf_greedy(target: str, prompts, max_tokens: int, dtype: str, device: str) ->
             input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False
         )
     return [row[width:].tolist() for row in g]
+
+
+def partings(spec, base, prompts, target: str, device: str) -> list[dict]:
+    """Where greedy runs `spec` and `base` first differ: the step, both picks, and the float64
+    target's logit gap between them (positive: `spec`'s pick ranks higher) and its argmax."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = None
+    rows = []
+    for i, (s, b) in enumerate(zip(spec, base, strict=True)):
+        d = next((k for k, (x, y) in enumerate(zip(s, b)) if x != y), None)
+        if d is None:
+            continue
+        if m is None:
+            m = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float64)
+            m = m.to(device).eval()
+        with torch.no_grad():
+            logits = m(torch.tensor([prompts[i] + s[:d]], device=device)).logits[0, -1]
+        rows.append(
+            {
+                "prompt": i,
+                "step": d,
+                "spec_token": s[d],
+                "target_only_token": b[d],
+                "fp64_argmax": int(logits.argmax()),
+                "logit_gap": float(logits[s[d]] - logits[b[d]]),
+            }
+        )
+    return rows
 
 
 def spec_counters(metrics) -> dict:
@@ -186,14 +220,15 @@ def strip_embed(draft: str) -> str:
     return str(dst)
 
 
-def gate(report: dict, stops: set[int], tol: float) -> dict:
+def gate(report: dict, stops: set[int], tol: float, tie_tol: float) -> dict:
     """The pass/fail checks of the module docstring, from a finished report."""
     v, e = report["vllm"], report["engine"]
     checks = {
-        "vllm_greedy_equals_vllm_target_greedy": cut(v["0.0"]["outputs"], stops)
-        == cut(v["target_only_greedy"], stops),
         "engine_greedy_equals_hf_greedy": cut(e["0.0"]["outputs"], stops)
         == cut(report["hf_greedy"], stops),
+        "vllm_greedy_equals_vllm_target_greedy_up_to_ties": all(
+            abs(p["logit_gap"]) <= tie_tol for p in report["vllm_greedy_partings"]
+        ),
     }
     for t in map(str, TEMPERATURES):
         a, b = v[t]["per_position_rate"], e[t]["per_position_rate"]
@@ -211,7 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--strip-embed", action="store_true")
-    ap.add_argument("--vllm-dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    ap.add_argument("--tie-tol", type=float, default=1e-3, help="float64 logit gap of a tie")
+    ap.add_argument("--vllm-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--engine-dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--device", default="cuda", help="HF reference and engine device")
     ap.add_argument("--cuda-graphs", action="store_true", help="vLLM without enforce_eager")
@@ -236,6 +272,12 @@ def main(argv=None) -> int:
         "hf_greedy": hf_greedy(a.target, prompts, a.max_tokens, a.engine_dtype, a.device),
     }
     report["engine"] = run_engine(a.target, a.draft, prompts, a)
+    v = report["vllm"]  # raw outputs: both runs stop the same way, so a stop id is a pick too
+    report["vllm_greedy_partings"] = partings(
+        v["0.0"]["outputs"], v["target_only_greedy"], prompts, a.target, a.device
+    )
+    for p in report["vllm_greedy_partings"]:
+        print("vLLM DSpark vs target-only greedy part:", json.dumps(p))
     pairs = zip(cut(report["vllm"]["0.0"]["outputs"], stops), cut(report["hf_greedy"], stops))
     same = sum(x == y for x, y in pairs) / len(prompts)
     report["vllm_vs_hf_greedy_identical_fraction"] = same
@@ -247,7 +289,7 @@ def main(argv=None) -> int:
         )
         print("  per-position vLLM  ", " ".join(f"{x:.3f}" for x in v["per_position_rate"]))
         print("  per-position engine", " ".join(f"{x:.3f}" for x in e["per_position_rate"]))
-    report["checks"] = gate(report, stops, a.tol)
+    report["checks"] = gate(report, stops, a.tol, a.tie_tol)
     print(json.dumps(report["checks"], indent=2))
     print(f"vLLM greedy == HF greedy on {same:.1%} of prompts (reported, not gated)")
     if a.json:
