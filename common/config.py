@@ -38,6 +38,12 @@ def default_target_layer_ids(num_target_layers: int, count: int = DEFAULT_NUM_TA
     return sorted({lo + round(i * (hi - lo) / (count - 1)) for i in range(count)})
 
 
+# Top-level keys also written under `dflash_config`: vLLM <= 0.26 sizes `fc` from
+# dflash_config.target_layer_ids (else from num_hidden_layers), and 0.26-0.34 read these there
+# first, with the same meaning. The top-level keys stay the source; a mismatch is rejected.
+DFLASH_MIRROR = ("target_layer_ids", "mask_token_id")
+
+
 @dataclass
 class DSparkConfig:
     """Draft architecture + DSpark choices.
@@ -263,13 +269,8 @@ class DSparkConfig:
             "sample_from_anchor": self.sample_from_anchor,
             "dspark_bonus_anchor": not self.sample_from_anchor,
             "num_speculative_tokens": self.num_speculative_tokens,
-            # vLLM <= 0.26 sizes `fc` from here (else from num_hidden_layers); newer vLLM reads it
-            # first too, with the same meaning as the top-level keys, which stay the source.
-            "dflash_config": {
-                "target_layer_ids": list(self.target_layer_ids),
-                "mask_token_id": self.mask_token_id,
-            },
         }
+        d["dflash_config"] = {k: d[k] for k in DFLASH_MIRROR}
         if self.dspark_draft_topk is not None:
             d["dspark_draft_topk"] = self.dspark_draft_topk
         if self.target_name_or_path:
@@ -287,11 +288,12 @@ class DSparkConfig:
                 "config.json has sample_from_anchor == dspark_bonus_anchor: the layout keys "
                 "must be opposite (dspark_bonus_anchor = not sample_from_anchor)."
             )
-        for key, value in (d.get("dflash_config") or {}).items():
-            if key in ("target_layer_ids", "mask_token_id") and key in d and value != d[key]:
+        mirror = d.get("dflash_config") or {}
+        for key in DFLASH_MIRROR:
+            if key in mirror and key in d and mirror[key] != d[key]:
                 raise ConfigError(
-                    f"config.json has dflash_config.{key}={value} but {key}={d[key]}: vLLM "
-                    "reads dflash_config first, so both must be equal."
+                    f"config.json has dflash_config.{key}={mirror[key]} but {key}={d[key]}: "
+                    "vLLM reads dflash_config first, so both must be equal."
                 )
         sfa = d.get("sample_from_anchor")
         if sfa is None:

@@ -42,29 +42,16 @@ def heldout_prompts(target: str, tokenizer, n: int) -> dict[str, list[list[int]]
 
 
 def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed: int) -> dict:
+    """Run `prompts` and report the spec-decode counters they added (`SpecDecodeStats.report`)
+    plus their output ids."""
     before = engine.stats.snapshot().spec
     params = [
         SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i)
         for i in range(len(prompts))
     ]
     outputs = engine.generate(prompts, params)
-    after = engine.stats.snapshot().spec
-    drafts = after.num_drafts - before.num_drafts
-    acc = after.num_accepted_tokens - before.num_accepted_tokens
-    per_pos = [
-        a - b
-        for a, b in zip(
-            after.num_accepted_tokens_per_pos, before.num_accepted_tokens_per_pos, strict=True
-        )
-    ]
-    reached = [drafts] + per_pos[:-1]
-    return {
-        "drafts": drafts,
-        "mean_acceptance_length": 1 + acc / max(drafts, 1),
-        "per_position_rate": [a / max(drafts, 1) for a in per_pos],
-        "conditional_acceptance": [a / max(r, 1) for a, r in zip(per_pos, reached, strict=True)],
-        "outputs": outputs,
-    }
+    added = engine.stats.snapshot().spec.since(before)
+    return {**added.report(), "outputs": outputs}
 
 
 def main(argv=None) -> int:

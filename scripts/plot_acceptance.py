@@ -20,17 +20,26 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def accepted_per_position(row: dict) -> list[float]:
-    """Drafts whose first k+1 tokens were accepted, per position k (from the rates)."""
-    return [r * row["drafts"] for r in row["per_position_rate"]]
+from serve.engine.stats import SpecDecodeStats  # noqa: E402
+
+
+def pooled(rows: list[dict]) -> SpecDecodeStats:
+    """The spec-decode counters behind `eval_acceptance.py` rows (one block size), summed:
+    per-position counts are rate x drafts, whole numbers; accepted tokens = their sum."""
+    counts = [[round(rate * r["drafts"]) for rate in r["per_position_rate"]] for r in rows]
+    per_pos = [sum(col) for col in zip(*counts, strict=True)]
+    return SpecDecodeStats(
+        num_drafts=sum(r["drafts"] for r in rows),
+        num_accepted_tokens=sum(per_pos),
+        num_accepted_tokens_per_pos=per_pos,
+    )
 
 
 def pooled_tau(rows: list[dict]) -> float:
-    """1 + accepted / drafts over several rows: drafts weight each row, as in vLLM's counters."""
-    drafts = sum(r["drafts"] for r in rows)
-    accepted = sum(sum(accepted_per_position(r)) for r in rows)
-    return 1 + accepted / max(drafts, 1)
+    """Mean acceptance length over several rows: drafts weight each row, as in vLLM's counters."""
+    return pooled(rows).mean_acceptance_length
 
 
 def table(rows: list[dict], baseline: str | None = None) -> str:
@@ -58,10 +67,10 @@ def table(rows: list[dict], baseline: str | None = None) -> str:
 
 def conditional(row: dict, min_reached: int) -> tuple[list[int], list[float]]:
     """(positions, conditional acceptance) where at least `min_reached` drafts got there."""
-    acc = accepted_per_position(row)
-    reached = [row["drafts"], *acc[:-1]]
-    keep = [k for k, n in enumerate(reached) if n >= min_reached]
-    return [k + 1 for k in keep], [acc[k] / reached[k] for k in keep]
+    c = pooled([row])
+    pairs = zip(c.reached_per_pos(), c.conditional_acceptance(), strict=True)
+    kept = [(k + 1, p) for k, (n, p) in enumerate(pairs) if n >= min_reached]
+    return [k for k, _ in kept], [p for _, p in kept]
 
 
 def plot(rows: list[dict], png: Path, min_reached: int, title: str) -> None:

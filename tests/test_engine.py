@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serve.engine import Engine, EngineOptions, OptionsError, SamplingParams
+from serve.engine import Engine, EngineOptions, OptionsError, SamplingParams, SpecDecodeStats
 from serve.engine.loader import check_pair
 from tests.test_engine_helpers import (
     EOS,
@@ -31,13 +31,7 @@ PROMPTS = [[5, 7, 9], [11, 12, 13, 14, 15, 16, 17, 18, 19], [20], [30, 31, 32, 3
 MAX_TOKENS = [17, 9, 23, 12, 20]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls on 2 contended cores are 100x slower multi-threaded.
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 def make_engine(target, draft, eos=(), **kw) -> Engine:
@@ -139,6 +133,27 @@ def test_counters_add_up(tuned):
     assert f"Mean acceptance length: {spec.mean_acceptance_length:.2f}" in line
     if tuned:
         assert accepted > 0
+
+
+def test_stats_since_and_conditional_acceptance():
+    """The one definition behind the engine log, eval_acceptance, the vLLM gate and the plot."""
+    before = SpecDecodeStats(3, 10, 30, 12, [6, 4, 2])
+    after = SpecDecodeStats(3, 30, 90, 32, [16, 10, 6])
+    d = after.since(before)
+    assert (d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens) == (20, 60, 20)
+    assert d.num_accepted_tokens_per_pos == [10, 6, 4]
+    assert d.reached_per_pos() == [20, 10, 6]
+    assert d.conditional_acceptance() == [0.5, 0.6, 4 / 6]
+    assert d.report() == {
+        "drafts": 20,
+        "mean_acceptance_length": 2.0,
+        "per_position_rate": [0.5, 0.3, 0.2],
+        "conditional_acceptance": [0.5, 0.6, 4 / 6],
+    }
+    fresh = SpecDecodeStats()  # before any draft: no per-position list yet
+    assert after.since(fresh).num_accepted_tokens_per_pos == [16, 10, 6]
+    with pytest.raises(ValueError):  # counters of another block size
+        after.since(SpecDecodeStats(2, 1, 2, 1, [1, 0]))
 
 
 # ---------------------------------------------------------------------- probabilistic

@@ -7,7 +7,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -15,13 +14,7 @@ from serve.api import build_app
 from serve.engine import Engine, EngineOptions
 from tests.test_engine_helpers import make_draft, make_target, reference_greedy
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 def scrape(client) -> dict:

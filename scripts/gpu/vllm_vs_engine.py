@@ -118,26 +118,19 @@ def partings(spec, base, prompts, target: str, device: str) -> list[dict]:
     return rows
 
 
-def spec_counters(metrics) -> dict:
-    c = {"drafts": 0, "accepted": 0, "per_pos": []}
+def spec_counters(metrics):
+    """vLLM's spec-decode counters from `llm.get_metrics()`, as our `SpecDecodeStats`."""
+    from serve.engine.stats import SpecDecodeStats
+
+    c = SpecDecodeStats()
     for m in metrics:
         if m.name == "vllm:spec_decode_num_drafts":
-            c["drafts"] = m.value
+            c.num_drafts = m.value
         elif m.name == "vllm:spec_decode_num_accepted_tokens":
-            c["accepted"] = m.value
+            c.num_accepted_tokens = m.value
         elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            c["per_pos"] = list(m.values)
+            c.num_accepted_tokens_per_pos = list(m.values)
     return c
-
-
-def delta(a: dict, b: dict) -> dict:
-    d = b["drafts"] - a["drafts"]
-    pp = [y - (a["per_pos"][i] if i < len(a["per_pos"]) else 0) for i, y in enumerate(b["per_pos"])]
-    return {
-        "drafts": d,
-        "mean_acceptance_length": 1 + (b["accepted"] - a["accepted"]) / max(d, 1),
-        "per_position_rate": [x / max(d, 1) for x in pp],
-    }
 
 
 def vllm_llm(target: str, args, speculative_config: dict | None):
@@ -185,7 +178,7 @@ def run_vllm(target, draft, n_spec, prompts, args) -> dict:
         params = SamplingParams(max_tokens=args.max_tokens, temperature=t, seed=0)
         outs = llm.generate(inputs, params)
         res[str(t)] = {
-            **delta(before, spec_counters(llm.get_metrics())),
+            **spec_counters(llm.get_metrics()).since(before).report(),
             "outputs": [list(o.outputs[0].token_ids) for o in outs],
         }
     free(llm)
@@ -272,17 +265,17 @@ def main(argv=None) -> int:
         "hf_greedy": hf_greedy(a.target, prompts, a.max_tokens, a.engine_dtype, a.device),
     }
     report["engine"] = run_engine(a.target, a.draft, prompts, a)
-    v = report["vllm"]  # raw outputs: both runs stop the same way, so a stop id is a pick too
+    vllm_runs = report["vllm"]  # raw outputs: both stop the same way, so a stop id is a pick
     report["vllm_greedy_partings"] = partings(
-        v["0.0"]["outputs"], v["target_only_greedy"], prompts, a.target, a.device
+        vllm_runs["0.0"]["outputs"], vllm_runs["target_only_greedy"], prompts, a.target, a.device
     )
     for p in report["vllm_greedy_partings"]:
         print("vLLM DSpark vs target-only greedy part:", json.dumps(p))
-    pairs = zip(cut(report["vllm"]["0.0"]["outputs"], stops), cut(report["hf_greedy"], stops))
+    pairs = zip(cut(vllm_runs["0.0"]["outputs"], stops), cut(report["hf_greedy"], stops))
     same = sum(x == y for x, y in pairs) / len(prompts)
     report["vllm_vs_hf_greedy_identical_fraction"] = same
     for t in map(str, TEMPERATURES):
-        v, e = report["vllm"][t], report["engine"][t]
+        v, e = vllm_runs[t], report["engine"][t]
         print(
             f"T={t} drafts vLLM {v['drafts']} engine {e['drafts']}; tau vLLM "
             f"{v['mean_acceptance_length']:.3f} engine {e['mean_acceptance_length']:.3f}"

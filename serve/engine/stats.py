@@ -37,6 +37,36 @@ class SpecDecodeStats:
         d = self.num_drafts or 1
         return [a / d for a in self.num_accepted_tokens_per_pos]
 
+    def reached_per_pos(self) -> list[int]:
+        """Drafts that reached position k: all of them at k = 0, then those accepted at k - 1."""
+        return [self.num_drafts, *self.num_accepted_tokens_per_pos[:-1]]
+
+    def conditional_acceptance(self) -> list[float]:
+        """Accepted at k / reached k, per position."""
+        pairs = zip(self.num_accepted_tokens_per_pos, self.reached_per_pos(), strict=True)
+        return [a / max(r, 1) for a, r in pairs]
+
+    def since(self, before: SpecDecodeStats) -> SpecDecodeStats:
+        """The counts added after `before`, an earlier copy of these counters (one with no
+        per-position list yet counts as zeros)."""
+        last = before.num_accepted_tokens_per_pos or [0] * len(self.num_accepted_tokens_per_pos)
+        return SpecDecodeStats(
+            self.num_speculative_tokens,
+            self.num_drafts - before.num_drafts,
+            self.num_draft_tokens - before.num_draft_tokens,
+            self.num_accepted_tokens - before.num_accepted_tokens,
+            [a - b for a, b in zip(self.num_accepted_tokens_per_pos, last, strict=True)],
+        )
+
+    def report(self) -> dict:
+        """Drafts, mean acceptance length and per-position (plain and conditional) rates."""
+        return {
+            "drafts": self.num_drafts,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position_rate": self.per_position_rate(),
+            "conditional_acceptance": self.conditional_acceptance(),
+        }
+
     def copy(self) -> SpecDecodeStats:
         return SpecDecodeStats(
             self.num_speculative_tokens,
@@ -86,21 +116,14 @@ class StatLogger:
         now = time.monotonic()
         if not force and now - self._last_t < self.interval:
             return None
-        s = stats.spec
-        drafts = s.num_drafts - self._last.num_drafts
-        if drafts <= 0:
+        d = stats.spec.since(self._last)
+        if d.num_drafts <= 0:
             return None
-        acc = s.num_accepted_tokens - self._last.num_accepted_tokens
-        drafted = s.num_draft_tokens - self._last.num_draft_tokens
-        last_pos = self._last.num_accepted_tokens_per_pos or [0] * len(
-            s.num_accepted_tokens_per_pos
-        )
-        per_pos = [
-            (a - b) / drafts for a, b in zip(s.num_accepted_tokens_per_pos, last_pos, strict=True)
-        ]
+        acc, drafted = d.num_accepted_tokens, d.num_draft_tokens
+        per_pos = d.per_position_rate()
         dt = max(now - self._last_t, 1e-9)
         line = (
-            f"SpecDecoding metrics: Mean acceptance length: {1 + acc / drafts:.2f}, "
+            f"SpecDecoding metrics: Mean acceptance length: {d.mean_acceptance_length:.2f}, "
             f"Accepted throughput: {acc / dt:.2f} tokens/s, "
             f"Drafted throughput: {drafted / dt:.2f} tokens/s, "
             f"Accepted: {acc} tokens, Drafted: {drafted} tokens, "
@@ -108,5 +131,5 @@ class StatLogger:
             f"Avg Draft acceptance rate: {100 * acc / max(drafted, 1):.1f}%"
         )
         logger.info(line)
-        self._last_t, self._last = now, s.copy()
+        self._last_t, self._last = now, stats.spec.copy()
         return line
