@@ -121,6 +121,7 @@ def run(cfg) -> dict:
             "resolved_config": resolved,
             "vocab_counts_hash": fingerprint["vocab_counts_hash"],
             "final_metrics": result.eval or result.train,
+            "train_data": data_provenance(train_path),
         }
         final = export_final(
             cfg, acc.unwrap_model(trainer.objective).draft, out, provenance, result
@@ -129,6 +130,14 @@ def run(cfg) -> dict:
         print_summary(summary, final)
     acc.wait_for_everyone()
     return summary
+
+
+def data_provenance(path: str) -> dict:
+    """The training file, and how it was made when the target regenerated it
+    (`python -m train.regenerate` writes PATH.summary.json: rows, tokens, sampling, backend)."""
+    summary = Path(path + ".summary.json")
+    made = json.loads(summary.read_text()) if summary.is_file() else None
+    return {"path": path, "regenerated": made}
 
 
 def print_summary(summary: dict, final: Path) -> None:

@@ -149,6 +149,10 @@ def regenerate_train_rows(cfg, target_model, tokenizer, out: Path) -> None:
         backend=rcfg.backend,
         on_bad_row=cfg.data.on_bad_row,
     )
+    from train.data.regenerate import summarize_regenerated
+
+    summary = {**summarize_regenerated(dest, tokenizer), "source": cfg.data.train}
+    Path(f"{dest}.summary.json").write_text(json.dumps(summary, indent=2))
     print(f"[distill] regenerated {n} responses into {dest}")
 
 

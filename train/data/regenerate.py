@@ -195,3 +195,34 @@ def regenerate_responses(
     finally:
         generate.close()
     return written
+
+
+def summarize_regenerated(out_path: str | os.PathLike, tokenizer) -> dict:
+    """What a regenerated file holds, for provenance: rows, finish reasons, prompt and response
+    token counts (re-tokenized with the target tokenizer), and the sampling and backend used."""
+    rows, prompt_tokens, response_tokens = 0, 0, 0
+    finish, params = {}, set()
+    with open(out_path, encoding="utf-8") as f:
+        for line in f:
+            rows += 1
+            rec = json.loads(line)
+            regen = rec["regen"]
+            finish[regen["finish_reason"]] = finish.get(regen["finish_reason"], 0) + 1
+            params.add(json.dumps({k: regen[k] for k in (*SAMPLING_DEFAULTS, "backend", "model")}))
+            answer = rec["messages"][-1]["content"]
+            response_tokens += len(tokenizer(answer, add_special_tokens=False)["input_ids"])
+            prompt_tokens += sum(
+                len(tokenizer(m["content"], add_special_tokens=False)["input_ids"])
+                for m in rec["messages"][:-1]
+            )
+    if len(params) > 1:
+        raise ValueError(f"{out_path} mixes generation settings: {sorted(params)}")
+    return {
+        "file": os.fspath(out_path),
+        "rows": rows,
+        "finish_reasons": finish,
+        "prompt_content_tokens": prompt_tokens,
+        "response_tokens": response_tokens,
+        "mean_response_tokens": response_tokens / rows if rows else 0.0,
+        "generation": json.loads(params.pop()) if params else None,
+    }

@@ -1,0 +1,79 @@
+"""`python -m train.regenerate`: the CLI writes what `regenerate_responses` writes, resumes, and
+summarises the file (rows, token counts re-counted naively here, one set of sampling settings)."""
+
+import json
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from tests.test_data import chat, make_tokenizer
+from train.data.regenerate import summarize_regenerated
+from train.distill import data_provenance
+from train.regenerate import main
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    tok = make_tokenizer()
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    d = tmp_path_factory.mktemp("target")
+    Qwen3ForCausalLM(cfg).eval().save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_cli_regenerates_resumes_and_summarises(target_dir, tmp_path, capsys):
+    data = tmp_path / "rows.jsonl"
+    rows = [chat(i) for i in range(5)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "regen.jsonl"
+    args = ["--target", str(target_dir), "--data", str(data), "--out", str(out)]
+    args += ["--backend", "hf", "--max-new-tokens", "4", "--batch-size", "2"]
+    assert main(args) == 0
+    first = out.read_text()
+    recs = [json.loads(x) for x in first.splitlines()]
+    assert sorted(r["row_index"] for r in recs) == list(range(5))
+    # Kill after two rows: the rerun writes the rest, and the file equals the uninterrupted one.
+    out.write_text("".join(first.splitlines(keepends=True)[:2]))
+    assert main(args) == 0
+    assert out.read_text() == first
+    summary = json.loads((tmp_path / "regen.jsonl.summary.json").read_text())
+    tok = make_tokenizer()
+    answers = [r["messages"][-1]["content"] for r in recs]
+    naive = sum(len(tok(a, add_special_tokens=False)["input_ids"]) for a in answers)
+    assert summary["rows"] == 5 and summary["response_tokens"] == naive
+    assert summary["written_this_run"] == 3 and summary["source_rows"] == 5
+    assert sum(summary["finish_reasons"].values()) == 5
+    assert summary["generation"]["temperature"] == 0.7 and summary["generation"]["backend"] == "hf"
+    # distill's provenance picks the summary up from beside the training file.
+    assert data_provenance(str(out))["regenerated"]["rows"] == 5
+    assert data_provenance(str(data))["regenerated"] is None
+
+
+def test_summary_refuses_mixed_settings(target_dir, tmp_path):
+    out = tmp_path / "mixed.jsonl"
+    rec = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    base = {"temperature": 0.0, "top_p": 1.0, "top_k": None, "max_new_tokens": 4, "seed": 0}
+    lines = [
+        {**rec, "regen": {**base, "backend": "hf", "model": "m", "finish_reason": "stop"}},
+        {
+            **rec,
+            "regen": {**base, "seed": 1, "backend": "hf", "model": "m", "finish_reason": "stop"},
+        },
+    ]
+    out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(ValueError, match="mixes generation settings"):
+        summarize_regenerated(out, make_tokenizer())
