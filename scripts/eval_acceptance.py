@@ -4,17 +4,23 @@
         --draft dspark=outputs/tiny/final --draft dflash=outputs/tiny_dflash/final \
         --temperatures 0 1 --num-prompts 24 --max-tokens 64 --json OUT.json
 
-Prompts: the user turns of `TARGET/data/heldout.jsonl`, split by the row's `domain` field (code,
-prose), rendered with the target's chat template. For each (draft, temperature, domain) it prints
-the pooled mean acceptance length (1 + accepted/drafts, vLLM's definition) and per-position
-conditional acceptance (accepted at k / reached k), plus the ratio of each draft's tau to the
-first draft's. Counters come from the engine's vLLM-named stats; greedy output is lossless by
-construction (tests/test_engine.py), so only acceptance differs between drafts.
+Prompts: each conversation up to its first assistant turn, rendered with the target's chat template
+and a generation prompt; from `--prompts NAME=FILE` (one domain per file, e.g.
+`sharegpt=heldout.jsonl humaneval=humaneval.jsonl`), or by default `TARGET/data/heldout.jsonl`
+split by the row's `domain` field (code, prose). Prompts longer than `--max-prompt-tokens` are
+skipped (counted in the report), so every domain fits the engine's context.
+
+For each (draft, temperature, domain) it prints the pooled mean acceptance length (1 +
+accepted/drafts, vLLM's definition) and per-position conditional acceptance (accepted at k /
+reached k), plus the ratio of each draft's tau to the first draft's. Counters come from the
+engine's vLLM-named stats; greedy output is lossless by construction (tests/test_engine.py), so
+only acceptance differs between drafts.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -28,17 +34,57 @@ from serve.engine.options import EngineOptions  # noqa: E402
 from serve.engine.request import SamplingParams  # noqa: E402
 
 
-def heldout_prompts(target: str, tokenizer, n: int) -> dict[str, list[list[int]]]:
+def prompt_messages(row: dict) -> list[dict]:
+    """The conversation before its first assistant turn: what the target is asked to answer."""
+    msgs = row["messages"]
+    first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
+    return msgs[:first]
+
+
+def read_jsonl(path: str) -> list[dict]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def heldout_prompts(
+    target: str, tokenizer, n: int, files: dict[str, str] | None = None, max_tokens: int = 10**9
+) -> dict[str, list[list[int]]]:
+    """Up to `n` prompts per domain (token ids), from `files` {domain: path} or, by default,
+    TARGET/data/heldout.jsonl keyed by each row's `domain`. Prompts over `max_tokens` are skipped;
+    `heldout_prompts.skipped` holds their count per domain."""
+    sources = (
+        [(dom, row) for dom, path in files.items() for row in read_jsonl(path)]
+        if files
+        else [
+            (row.get("domain", "all"), row)
+            for row in read_jsonl(str(Path(target) / "data" / "heldout.jsonl"))
+        ]
+    )
     by_domain: dict[str, list[list[int]]] = {}
-    for line in (Path(target) / "data" / "heldout.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        dom = row.get("domain", "all")
+    skipped: dict[str, int] = {}
+    for dom, row in sources:
         if len(by_domain.setdefault(dom, [])) >= n:
             continue
-        msgs = [m for m in row["messages"] if m["role"] != "assistant"][:2]
-        ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)
-        by_domain[dom].append(list(ids["input_ids"]))
+        ids = tokenizer.apply_chat_template(
+            prompt_messages(row), add_generation_prompt=True, return_dict=True
+        )["input_ids"]
+        if len(ids) > max_tokens:
+            skipped[dom] = skipped.get(dom, 0) + 1
+            continue
+        by_domain[dom].append(list(ids))
+    heldout_prompts.skipped = skipped
     return by_domain
+
+
+def parse_prompt_files(specs: list[str] | None) -> dict[str, str] | None:
+    if not specs:
+        return None
+    pairs = [s.split("=", 1) for s in specs]
+    bad = [s for s, p in zip(specs, pairs) if len(p) != 2 or not Path(p[1]).is_file()]
+    if bad:
+        raise SystemExit(f"--prompts takes NAME=FILE with an existing file; got {bad}")
+    return dict(pairs)
 
 
 def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed: int) -> dict:
@@ -59,7 +105,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="artifacts/tiny-target")
     ap.add_argument("--draft", action="append", required=True, help="NAME=CHECKPOINT_DIR")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    ap.add_argument("--prompts", nargs="+", help="NAME=FILE: a domain's chat rows (.jsonl[.gz])")
     ap.add_argument("--num-prompts", type=int, default=24, help="per domain")
+    ap.add_argument("--max-prompt-tokens", type=int, default=768)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--batch", type=int, default=8, help="engine max_num_seqs")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -70,6 +118,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    files = parse_prompt_files(a.prompts)
     rows = []
     for spec in a.draft:
         name, ckpt = spec.split("=", 1)
@@ -81,16 +130,22 @@ def main(argv=None) -> int:
                 dtype=a.dtype,
                 draft_sampling="probabilistic",
                 max_num_seqs=a.batch,
-                max_model_len=1024,
+                max_model_len=a.max_prompt_tokens + a.max_tokens,
                 seed=a.seed,
             )
         )
-        prompts = heldout_prompts(a.target, engine.tokenizer, a.num_prompts)
+        prompts = heldout_prompts(
+            a.target, engine.tokenizer, a.num_prompts, files, a.max_prompt_tokens
+        )
+        if heldout_prompts.skipped:
+            print(f"skipped prompts over {a.max_prompt_tokens} tokens: {heldout_prompts.skipped}")
         for t in a.temperatures:
             for dom, ps in sorted(prompts.items()):
                 r = evaluate(engine, ps, t, a.max_tokens, a.seed)
                 r.pop("outputs")  # token ids: not part of the report
-                rows.append({"draft": name, "temperature": t, "domain": dom, **r})
+                rows.append(
+                    {"draft": name, "temperature": t, "domain": dom, "prompts": len(ps), **r}
+                )
                 print(
                     f"{name:>8} T={t:<4} {dom:>6} tau={r['mean_acceptance_length']:.3f} "
                     f"cond=" + " ".join(f"{x:.2f}" for x in r["conditional_acceptance"]),

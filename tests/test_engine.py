@@ -146,6 +146,8 @@ def test_stats_since_and_conditional_acceptance():
     assert d.conditional_acceptance() == [0.5, 0.6, 4 / 6]
     assert d.report() == {
         "drafts": 20,
+        "accepted_per_pos": [10, 6, 4],
+        "reached_per_pos": [20, 10, 6],
         "mean_acceptance_length": 2.0,
         "per_position_rate": [0.5, 0.3, 0.2],
         "conditional_acceptance": [0.5, 0.6, 4 / 6],

@@ -4,10 +4,14 @@ run itself is in docs/benchmarks.md; here the checks must reject what they exist
 
 from __future__ import annotations
 
+import argparse
+
+import numpy as np
 import torch
+from scipy.stats import chi2_contingency
 from transformers import AutoModelForCausalLM
 
-from scripts.gpu.vllm_vs_engine import cut, gate, partings
+from scripts.gpu.vllm_vs_engine import compare_acceptance, cut, gate, partings
 from scripts.plot_acceptance import conditional, pooled_tau
 from tests.tiny_assets import build_tiny_random_target
 
@@ -21,11 +25,24 @@ def greedy(target, prompts, n=6):
     return outs
 
 
-def report(spec, base, parts, rates_v=(0.5, 0.2), rates_e=(0.52, 0.21)):
-    rate = lambda r: {"per_position_rate": list(r)}
+ARGS = argparse.Namespace(tie_tol=1e-3, alpha=0.01, max_mdd=0.05, tau_rel_tol=0.05)
+
+
+def counts(drafts, accepted):
+    """A report fragment with pooled counts: `accepted[k]` drafts accepted through position k."""
+    reached = [drafts, *accepted[:-1]]
     return {
-        "vllm": {"0.0": {"outputs": spec, **rate(rates_v)}, "1.0": rate(rates_v)},
-        "engine": {"0.0": {"outputs": base, **rate(rates_e)}, "1.0": rate(rates_e)},
+        "accepted_per_pos": list(accepted),
+        "reached_per_pos": reached,
+        "mean_acceptance_length": 1 + sum(accepted) / drafts,
+    }
+
+
+def report(spec, base, parts, acc_v=(2000, 800), acc_e=(2010, 810), drafts=4000):
+    v, e = counts(drafts, acc_v), counts(drafts, acc_e)
+    return {
+        "vllm": {"0.0": {"outputs": spec, **v}, "1.0": v},
+        "engine": {"0.0": {"outputs": base, **e}, "1.0": e},
         "hf_greedy": base,
         "vllm_greedy_partings": parts,
     }
@@ -36,7 +53,7 @@ def test_gate_passes_lossless_runs_and_rejects_a_wrong_token(tmp_path):
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
     base = greedy(target, prompts)
     assert partings(base, base, prompts, target, "cpu") == []
-    ok = gate(report(base, base, []), set(), tol=0.05, tie_tol=1e-3)
+    ok = gate(report(base, base, []), set(), ARGS)
     assert all(ok.values())
 
     # A verifier that emits a token the target ranks lower: the float64 gap exposes it.
@@ -47,19 +64,46 @@ def test_gate_passes_lossless_runs_and_rejects_a_wrong_token(tmp_path):
     parts = partings(wrong, base, prompts, target, "cpu")
     assert [(p["prompt"], p["step"], p["fp64_argmax"]) for p in parts] == [(1, 2, base[1][2])]
     assert parts[0]["logit_gap"] < 0
-    bad = gate(report(wrong, base, parts), set(), tol=0.05, tie_tol=1e-3)
+    bad = gate(report(wrong, base, parts), set(), ARGS)
     assert not bad["vllm_greedy_equals_vllm_target_greedy_up_to_ties"]
     assert bad["engine_greedy_equals_hf_greedy"]
     # ... unless the gap is within the tie tolerance.
-    loose = gate(report(wrong, base, parts), set(), tol=0.05, tie_tol=abs(parts[0]["logit_gap"]))
+    loose_args = argparse.Namespace(**{**vars(ARGS), "tie_tol": abs(parts[0]["logit_gap"])})
+    loose = gate(report(wrong, base, parts), set(), loose_args)
     assert loose["vllm_greedy_equals_vllm_target_greedy_up_to_ties"]
 
 
-def test_gate_rejects_acceptance_drift_and_cuts_at_stops():
+def test_gate_rejects_acceptance_drift_and_an_underpowered_run_and_cuts_at_stops():
     same = [[1, 2, 3]]
-    drift = gate(report(same, same, [], rates_e=(0.5, 0.26)), set(), tol=0.05, tie_tol=1e-3)
-    assert not drift["per_pos_within_tol_T0.0"] and not drift["per_pos_within_tol_T1.0"]
+    drift = gate(report(same, same, [], acc_e=(2000, 1400)), set(), ARGS)  # slot 1: 0.40 vs 0.70
+    assert not drift["per_pos_acceptance_equal_T0.0"] and not drift["per_pos_acceptance_equal_T1.0"]
+    assert drift["powered_at_pos0_T0.0"] and not drift["tau_within_rel_tol_T0.0"]
+    tiny = gate(report(same, same, [], (20, 8), (20, 8), drafts=40), set(), ARGS)
+    assert tiny["per_pos_acceptance_equal_T0.0"] and not tiny["powered_at_pos0_T0.0"]
     assert cut([[4, 9, 7, 9], [4, 5]], {9}) == [[4], [4, 5]]
+
+
+def test_two_proportion_test_matches_chi_square_and_mdd_has_the_stated_power():
+    a, b = counts(3000, [1500, 700, 300]), counts(2500, [1300, 560, 250])
+    rows = compare_acceptance(a, b, alpha=0.05)
+    for r, xa, na, xb, nb in zip(
+        rows,
+        a["accepted_per_pos"],
+        a["reached_per_pos"],
+        b["accepted_per_pos"],
+        b["reached_per_pos"],
+    ):
+        table = [[xa, na - xa], [xb, nb - xb]]
+        chi2, p, _, _ = chi2_contingency(table, correction=False)  # independent reference
+        assert abs(r["z"] ** 2 - chi2) < 1e-9 * max(1, chi2) and abs(r["p_value"] - p) < 1e-9
+    # Simulate stacks whose true rates differ by the reported MDD: ~80% of runs must reject.
+    rng, n, p0, alpha = np.random.default_rng(0), 2000, 0.45, 0.01
+    mdd = compare_acceptance(counts(n, [int(p0 * n)]), counts(n, [int(p0 * n)]), alpha)[0]["mdd"]
+    hits = 0
+    for _ in range(2000):
+        xa, xb = rng.binomial(n, p0 - mdd / 2), rng.binomial(n, p0 + mdd / 2)
+        hits += compare_acceptance(counts(n, [xa]), counts(n, [xb]), alpha)[0]["rejects"]
+    assert 0.75 <= hits / 2000 <= 0.85
 
 
 def test_pooled_tau_weights_rows_by_drafts_and_conditional_drops_rare_positions():

@@ -20,7 +20,14 @@ Checks (exit 1 if any fails):
   Different batch shapes round differently, so a near-tie can flip in any dtype (seen in bf16:
   22 of 64 prompts, gaps up to 0.11; in float32: 1 of 64, gap 2.4e-4); a lossy verifier would
   instead pick tokens the target ranks clearly lower. vLLM vs HF is reported, not gated;
-- per-position rates of vLLM and engine within --tol (absolute) at both temperatures.
+- per-position acceptance of vLLM and engine equal, from pooled counts: at each temperature and
+  position k, conditional acceptance accepted_k / reached_k of the two stacks is compared with a
+  two-sided two-proportion z-test, Bonferroni over all (temperature, position) tests at family
+  level --alpha (0.01). Rounds of one prompt are correlated, so the binomial variance is too
+  small and the test errs towards failing. The minimum detectable difference at 80% power is
+  reported per position; the gate also fails when it exceeds --max-mdd (0.05) at position 0,
+  where a test without power could not fail;
+- pooled mean acceptance length of vLLM within --tau-rel-tol (5%) of the engine's, per temperature.
 
 vLLM 0.26 (the newest on the GPU image's torch 2.11) reads the layout from `dspark_bonus_anchor`
 and sizes `fc` from `dflash_config.target_layer_ids`; our config.json writes both. It skips the
@@ -33,24 +40,31 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import shutil
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from scripts.eval_acceptance import evaluate, heldout_prompts  # noqa: E402
+from scripts.eval_acceptance import (  # noqa: E402
+    evaluate,
+    heldout_prompts,
+    parse_prompt_files,
+)
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # tracebacks in our output
 TEMPERATURES = (0.0, 1.0)
 
 
-def prompts_of(target: str, n: int) -> list[list[int]]:
+def prompts_of(target: str, n: int, files=None, max_tokens: int = 768) -> list[list[int]]:
     """`n` held-out prompts, domains interleaved (scripts/eval_acceptance.py renders them)."""
     from transformers import AutoTokenizer
 
-    by_domain = heldout_prompts(target, AutoTokenizer.from_pretrained(target), n)
+    tok = AutoTokenizer.from_pretrained(target)
+    by_domain = heldout_prompts(target, tok, n, files, max_tokens)
     mixed = [p for group in zip(*by_domain.values(), strict=False) for p in group]
     return mixed[:n]
 
@@ -213,21 +227,60 @@ def strip_embed(draft: str) -> str:
     return str(dst)
 
 
-def gate(report: dict, stops: set[int], tol: float, tie_tol: float) -> dict:
-    """The pass/fail checks of the module docstring, from a finished report."""
+def compare_acceptance(a: dict, b: dict, alpha: float, power: float = 0.8) -> list[dict]:
+    """Per position k, stacks `a` and `b` (reports with `accepted_per_pos` / `reached_per_pos`):
+    conditional acceptance, a two-sided two-proportion z-test at level `alpha` (pooled SE) and
+    the minimum detectable difference at `power` for these sample sizes."""
+    z_test, z_power = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    rows = []
+    for k, (xa, na, xb, nb) in enumerate(
+        zip(
+            a["accepted_per_pos"], a["reached_per_pos"], b["accepted_per_pos"], b["reached_per_pos"]
+        )
+    ):
+        if min(na, nb) == 0:
+            rows.append({"pos": k, "n": [na, nb], "rejects": False, "mdd": None})
+            continue
+        pa, pb, pooled = xa / na, xb / nb, (xa + xb) / (na + nb)
+        se = math.sqrt(max(pooled * (1 - pooled), 1e-12) * (1 / na + 1 / nb))
+        z = (pa - pb) / se
+        rows.append(
+            {
+                "pos": k,
+                "rate": [pa, pb],
+                "n": [na, nb],
+                "z": z,
+                "p_value": 2 * (1 - NormalDist().cdf(abs(z))),
+                "rejects": abs(z) > z_test,
+                "mdd": (z_test + z_power) * se,
+            }
+        )
+    return rows
+
+
+def gate(report: dict, stops: set[int], args) -> dict:
+    """The pass/fail checks of the module docstring, from a finished report; the per-position
+    comparisons land in report["acceptance_tests"]."""
     v, e = report["vllm"], report["engine"]
     checks = {
         "engine_greedy_equals_hf_greedy": cut(e["0.0"]["outputs"], stops)
         == cut(report["hf_greedy"], stops),
         "vllm_greedy_equals_vllm_target_greedy_up_to_ties": all(
-            abs(p["logit_gap"]) <= tie_tol for p in report["vllm_greedy_partings"]
+            abs(p["logit_gap"]) <= args.tie_tol for p in report["vllm_greedy_partings"]
         ),
     }
-    for t in map(str, TEMPERATURES):
-        a, b = v[t]["per_position_rate"], e[t]["per_position_rate"]
-        checks[f"per_pos_within_tol_T{t}"] = len(a) == len(b) and all(
-            abs(x - y) <= tol for x, y in zip(a, b, strict=True)
+    temps = [str(t) for t in TEMPERATURES]
+    n_tests = sum(len(v[t]["accepted_per_pos"]) for t in temps)
+    report["acceptance_tests"] = {}
+    for t in temps:
+        rows = compare_acceptance(v[t], e[t], args.alpha / max(n_tests, 1))
+        report["acceptance_tests"][t] = rows
+        checks[f"per_pos_acceptance_equal_T{t}"] = not any(r["rejects"] for r in rows)
+        checks[f"powered_at_pos0_T{t}"] = rows[0]["mdd"] is not None and (
+            rows[0]["mdd"] <= args.max_mdd
         )
+        tv, te = v[t]["mean_acceptance_length"], e[t]["mean_acceptance_length"]
+        checks[f"tau_within_rel_tol_T{t}"] = abs(tv - te) <= args.tau_rel_tol * te
     return checks
 
 
@@ -237,7 +290,11 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", required=True)
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--tol", type=float, default=0.05)
+    ap.add_argument("--prompts", nargs="+", help="NAME=FILE held-out chat rows (default: TARGET's)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=768)
+    ap.add_argument("--alpha", type=float, default=0.01, help="family-wise level, all positions")
+    ap.add_argument("--max-mdd", type=float, default=0.05, help="largest MDD allowed at pos 0")
+    ap.add_argument("--tau-rel-tol", type=float, default=0.05)
     ap.add_argument("--strip-embed", action="store_true")
     ap.add_argument("--tie-tol", type=float, default=1e-3, help="float64 logit gap of a tie")
     ap.add_argument("--vllm-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -249,7 +306,8 @@ def main(argv=None) -> int:
     from common.checkpoint import read_config
 
     n_spec = read_config(a.draft).num_speculative_tokens
-    prompts = prompts_of(a.target, a.num_prompts)
+    files = parse_prompt_files(a.prompts)
+    prompts = prompts_of(a.target, a.num_prompts, files, a.max_prompt_tokens)
     stops = stop_ids(a.target)
     served = strip_embed(a.draft) if a.strip_embed else a.draft
     import vllm
@@ -282,7 +340,14 @@ def main(argv=None) -> int:
         )
         print("  per-position vLLM  ", " ".join(f"{x:.3f}" for x in v["per_position_rate"]))
         print("  per-position engine", " ".join(f"{x:.3f}" for x in e["per_position_rate"]))
-    report["checks"] = gate(report, stops, a.tol, a.tie_tol)
+    report["checks"] = gate(report, stops, a)
+    for t, rows in report["acceptance_tests"].items():
+        for r in rows:
+            if r["mdd"] is not None:
+                print(
+                    f"T={t} pos {r['pos']}: vLLM {r['rate'][0]:.3f} engine {r['rate'][1]:.3f} "
+                    f"n={r['n']} p={r['p_value']:.3g} MDD(80%)={r['mdd']:.3f}"
+                )
     print(json.dumps(report["checks"], indent=2))
     print(f"vLLM greedy == HF greedy on {same:.1%} of prompts (reported, not gated)")
     if a.json:

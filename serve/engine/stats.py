@@ -59,9 +59,12 @@ class SpecDecodeStats:
         )
 
     def report(self) -> dict:
-        """Drafts, mean acceptance length and per-position (plain and conditional) rates."""
+        """Drafts, mean acceptance length, per-position (plain and conditional) rates and the
+        pooled counts behind them (accepted at k, reached k)."""
         return {
             "drafts": self.num_drafts,
+            "accepted_per_pos": list(self.num_accepted_tokens_per_pos),
+            "reached_per_pos": self.reached_per_pos(),
             "mean_acceptance_length": self.mean_acceptance_length,
             "per_position_rate": self.per_position_rate(),
             "conditional_acceptance": self.conditional_acceptance(),
