@@ -34,6 +34,7 @@ from common.config import ConfigError, DSparkConfig
 from common.contract import check_checkpoint
 from serve.vllm_args import (
     PINNED_VLLM,
+    SERVABLE_VLLM,
     LaunchRefused,
     ShardingInputs,
     VllmServeArgs,
@@ -48,6 +49,8 @@ from serve.vllm_args import (
     resolve_num_speculative_tokens,
     sequential_sampling_reasons,
     target_has_compute_logits_local,
+    vllm_missing_features,
+    vllm_servable,
     vllm_version_ok,
 )
 
@@ -196,8 +199,8 @@ def choose_engine(
         return requested, f"engine={requested}"
     if vllm_version is None:
         return "embedded", "vLLM is not installed"
-    if not vllm_version_ok(vllm_version):
-        return "embedded", f"vLLM {vllm_version} is installed; DSpark serving needs {PINNED_VLLM}"
+    if not vllm_servable(vllm_version):
+        return "embedded", f"vLLM {vllm_version} is installed; DSpark serving needs {SERVABLE_VLLM}"
     if num_gpus == 0:
         return "embedded", "no CUDA GPU"
     if num_gpus < tensor_parallel_size:
@@ -304,6 +307,8 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
         extra,
     )
     notes += msgs
+    adaptive, sharded, msgs = drop_missing_features(vllm_version, adaptive, sharded)
+    notes += msgs
     args = VllmServeArgs(
         target=cfg.target,
         checkpoint=cfg.checkpoint,
@@ -349,16 +354,37 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
     say("command: " + shlex.join(cmd))
     if cfg.dry_run:
         return 0
-    if not vllm_version_ok(vllm_version):
+    if not vllm_servable(vllm_version):
         found = "not installed" if vllm_version is None else f"version {vllm_version}"
         raise LaunchRefused(
-            f"engine=vllm but vLLM is {found}: install {PINNED_VLLM} "
-            "(pip install -e '.[serve]') or use engine=embedded."
+            f"engine=vllm but vLLM is {found}: DSpark serving needs {SERVABLE_VLLM}, best "
+            f"{PINNED_VLLM} (pip install -e '.[serve]'), or use engine=embedded."
         )
     if shutil.which("vllm") is None:
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", *cmd[1:]]
     exec_command(cmd)
     return 0  # not reached: exec replaces this process
+
+
+def drop_missing_features(
+    vllm_version: str | None, adaptive: bool, sharded: bool
+) -> tuple[bool, bool, list[str]]:
+    """Run an installed vLLM older than the pin without the features it lacks, saying so.
+    Without vLLM (a dry run here) nothing is dropped: the command is the pinned release's."""
+    if vllm_version is None or vllm_version_ok(vllm_version):
+        return adaptive, sharded, []
+    missing = vllm_missing_features(vllm_version)
+    notes = [
+        f"vLLM {vllm_version} is older than {PINNED_VLLM}; it lacks: "
+        + (", ".join(f for f in missing if f != "dspark") or "nothing DSpark needs")
+    ]
+    if adaptive and "adaptive_verification" in missing:
+        adaptive = False
+        notes.append("adaptive verification: off (needs vLLM >= 0.33)")
+    if sharded and "batch_sharded_sampling" in missing:
+        sharded = False
+        notes.append("batch-sharded sampling: off (needs vLLM >= 0.34); sampling stays replicated")
+    return adaptive, sharded, notes
 
 
 def launch_embedded(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) -> int:
@@ -428,7 +454,7 @@ def launch(overrides: list[str]) -> int:
             ) from None
     vllm_version = probe_vllm_version()
     gpus = cache(probe_cuda_devices)
-    needs_gpus = (cfg.engine == "auto" and vllm_version_ok(vllm_version)) or (
+    needs_gpus = (cfg.engine == "auto" and vllm_servable(vllm_version)) or (
         cfg.engine != "vllm" and cfg.device == "auto"
     )
     engine, why = choose_engine(

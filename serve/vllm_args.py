@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from common.config import DSparkConfig
 
-PINNED_VLLM = "vllm>=0.34,<0.35"
+PINNED_VLLM = "vllm>=0.34,<0.35"  # the seed's release: every feature below
+SERVABLE_VLLM = "vllm>=0.25,<0.35"  # has the dspark speculator; older ones lack some features
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 # vLLM's default max_num_seqs on CUDA is 256 (1024 on >= 70 GB GPUs): never below a sane TP size.
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
@@ -158,12 +159,35 @@ def check_speculative_config(spec: Mapping) -> None:
 # ---------------------------------------------------------------- decisions
 
 
+# The first vLLM release with each DSpark serving feature (read from the published wheels).
+VLLM_FEATURES_SINCE = {
+    "dspark": (0, 25),
+    "adaptive_verification": (0, 33),
+    "batch_sharded_sampling": (0, 34),
+}
+
+
+def vllm_minor(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m[1]), int(m[2])) if m else None
+
+
 def vllm_version_ok(version: str | None) -> bool:
     """Whether an installed vLLM version satisfies PINNED_VLLM (>=0.34,<0.35)."""
-    if not version:
-        return False
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return bool(m) and (int(m[1]), int(m[2])) == (0, 34)
+    return vllm_minor(version) == (0, 34)
+
+
+def vllm_servable(version: str | None) -> bool:
+    """Whether an installed vLLM has the dspark speculator and is not newer than the pin."""
+    have = vllm_minor(version)
+    return have is not None and VLLM_FEATURES_SINCE["dspark"] <= have < (0, 35)
+
+
+def vllm_missing_features(version: str | None) -> list[str]:
+    """The DSpark serving features an installed vLLM (older than the pin) lacks; every feature
+    when the version cannot be read, none for the pinned release or a newer one."""
+    have = vllm_minor(version)
+    return [f for f, since in VLLM_FEATURES_SINCE.items() if have is None or have < since]
 
 
 def resolve_num_speculative_tokens(

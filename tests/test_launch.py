@@ -16,7 +16,13 @@ from common.checkpoint import save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
 from serve import launch
-from serve.launch import ServeCfg, check_paths, choose_engine, compose_serve_config
+from serve.launch import (
+    ServeCfg,
+    check_paths,
+    choose_engine,
+    compose_serve_config,
+    drop_missing_features,
+)
 from serve.vllm_args import (
     LaunchRefused,
     ShardingInputs,
@@ -35,6 +41,7 @@ from serve.vllm_args import (
     sequential_sampling_reasons,
     speculative_config,
     target_has_compute_logits_local,
+    vllm_missing_features,
     vllm_version_ok,
 )
 from tests.conftest import tiny_config as conftest_tiny_config
@@ -183,8 +190,9 @@ def test_help(capsys):
     "version, gpus, tp, head, engine, why",
     [
         (None, 1, 1, "vanilla", "embedded", "not installed"),
-        ("0.33.1", 1, 1, "vanilla", "embedded", "vllm>=0.34,<0.35"),
-        ("0.35.0", 1, 1, "vanilla", "embedded", "vllm>=0.34,<0.35"),
+        ("0.24.1", 1, 1, "vanilla", "embedded", "vllm>=0.25,<0.35"),
+        ("0.26.0", 1, 1, "vanilla", "vllm", "0.26.0"),
+        ("0.35.0", 1, 1, "vanilla", "embedded", "vllm>=0.25,<0.35"),
         ("0.34.0", 0, 1, "vanilla", "embedded", "no CUDA GPU"),
         ("0.34.0", 1, 2, "vanilla", "embedded", "needs 2 GPUs"),
         ("0.34.0", 8, 2, "gated", "embedded", "only vanilla"),
@@ -207,6 +215,19 @@ def test_choose_engine_explicit():
 def test_vllm_version_pin():
     assert vllm_version_ok("0.34.0") and vllm_version_ok("0.34.2rc1")
     assert not any(vllm_version_ok(v) for v in (None, "", "unknown", "0.33.9", "0.35.0", "1.34"))
+
+
+def test_older_vllm_runs_without_the_features_it_lacks():
+    assert vllm_missing_features("0.34.0") == []
+    assert vllm_missing_features("0.33.2") == ["batch_sharded_sampling"]
+    assert vllm_missing_features("0.26.0") == ["adaptive_verification", "batch_sharded_sampling"]
+    assert "dspark" in vllm_missing_features("0.24.0") and "dspark" in vllm_missing_features(None)
+    assert drop_missing_features("0.34.1", True, True)[:2] == (True, True)
+    adaptive, sharded, notes = drop_missing_features("0.26.0", True, True)
+    assert (adaptive, sharded) == (False, False)
+    assert "adaptive_verification, batch_sharded_sampling" in notes[0]
+    assert drop_missing_features("0.33.0", True, False)[:2] == (True, False)
+    assert drop_missing_features(None, True, True)[:2] == (True, True)  # dry run without vLLM
 
 
 # ---------------------------------------------------------------- decisions
