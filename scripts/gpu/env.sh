@@ -1,9 +1,18 @@
-# Sourced by every scripts/gpu/*.sh: carried wheels (.whl, see README "GPU runs") into /tmp/site,
-# the repo on PYTHONPATH, offline hub, $OUT (the device tool's return folder) defaulting to gpu-out.
-if [ -d .whl ] && [ ! -f /tmp/site/.dspark-wheels ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && touch /tmp/site/.dspark-wheels
-fi
+# Sourced by every scripts/gpu/*.sh: carried wheels (.whl, or /tmp/carry/.whl where an earlier call
+# left them; see prepare_carry.sh) into /tmp/site, the repo on PYTHONPATH, offline hub, $OUT (the
+# device tool's return folder) defaulting to gpu-out.
+for w in .whl /tmp/carry/.whl; do
+  if [ -d "$w" ] && [ ! -f /tmp/site/.dspark-wheels ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$w"/*.whl && touch /tmp/site/.dspark-wheels
+  fi
+done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site" PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 export OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
+# vLLM (vllm_install.sh puts it in /tmp/vsite): wait_for_vllm blocks until it is there, then adds it.
+wait_for_vllm() {
+  for _ in $(seq 240); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
+  [ -f /tmp/vsite/.ready ] || { echo "vLLM never arrived in /tmp/vsite" >&2; return 1; }
+  export PYTHONPATH="/tmp/vsite:$PYTHONPATH" VLLM_ENABLE_V1_MULTIPROCESSING=0
+}

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Watch run_all.sh for up to $1 seconds (default 540; returns early when it is DONE), then pack
-# its results (logs, JSON, small files; no weights) into $OUT/results.tgz and print the stages.
+# Watch run_all.sh for up to $1 seconds (default 540; returns early when it is DONE), then return what
+# has finished so far: $OUT/results.tgz (logs, JSON, small files; no weights, no ship/) and the next
+# parts of $RES/ship not yet returned (at most 3 a poll, < 16 MB each: the device tool's limits).
 RES="${RES:-/tmp/dspark-res}"; OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 end=$((SECONDS + ${1:-540}))
 while [ ! -f "$RES/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
 cat "$RES/stages.txt" 2>/dev/null
-for f in "$RES"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1500 "$f"; }; done
-tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' . 2>/dev/null
+for f in "$RES"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1200 "$f"; }; done
+tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' --exclude=./ship . 2>/dev/null
+if [ -d "$RES/ship" ]; then
+  sent="$RES/ship/.sent"; touch "$sent"; n=0
+  for f in "$RES"/ship/*; do
+    b=$(basename "$f"); grep -qxF "$b" "$sent" && continue
+    [ $n -lt 3 ] || break
+    cp "$f" "$OUT/"; echo "$b" >>"$sent"; n=$((n + 1))
+  done
+fi
 ls -la "$OUT"

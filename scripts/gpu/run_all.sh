@@ -1,27 +1,23 @@
 #!/usr/bin/env bash
-# Issues 7 and 9 as one detached pipeline on one GPU machine, so no stage depends on the device
-# tool's 10-minute call limit. Start it, then watch it with poll.sh (each poll returns results):
-#   setsid nohup bash scripts/gpu/run_all.sh >/dev/null 2>&1 </dev/null &
-# Stages (logs and results in $RES, default /tmp/dspark-res; stages.txt has times and exit codes):
-#   target   issue7_1_target.sh   the ~160M small target (artifacts/small-target)
-#   distill  issue7_2_distill.sh  DSpark and DFlash drafts against it, same data/steps/seed
-#   measure  issue7_3_measure.sh  realized acceptance, e2e speed-up, training tokens/s + MFU
-#   vllm     issue9_vllm.sh       real vLLM vs our engine (waits for vllm_install.sh's marker)
-#   speed    bench_speed.sh       stage speeds at Qwen3-8B draft sizes
-# The repo is copied to $WORK first: later device calls re-sync the checkout under it.
+# One GPU session's work as a detached pipeline, so no stage depends on the device tool's 10-minute
+# call limit. PIPELINE names scripts/gpu/PIPELINE.stages: one "NAME SCRIPT [ARGS...]" line per stage
+# (small: the ~160M self-trained target; smollm2: SmolLM2-135M-Instruct on ShareGPT). Start it with
+#   setsid nohup bash scripts/gpu/run_all.sh PIPELINE >/dev/null 2>&1 </dev/null &
+# and watch it with poll.sh, which returns what has finished so far. Logs and results collect in
+# $RES (default /tmp/dspark-res); stages.txt has each stage's times and exit code. A failed stage
+# does not stop the next: each one checks its own inputs.
 set -uo pipefail
+PIPELINE="${1:?usage: run_all.sh PIPELINE (a scripts/gpu/PIPELINE.stages file)}"
 RES="${RES:-/tmp/dspark-res}"; WORK="${WORK:-/tmp/dspark-repo}"
 mkdir -p "$RES" "$WORK"
-tar --exclude='./.c?' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
+# The repo is copied first: later device calls re-sync the checkout under the running stages.
+tar --exclude='./.c?' --exclude='./.gg?' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
 cd "$WORK" && export OUT="$RES" && source scripts/gpu/env.sh
-stage() {  # stage NAME SCRIPT: run it, log to $RES/NAME.log, record times and exit code
-  echo "$(date +%T) start $1" >>"$RES/stages.txt"
-  bash "scripts/gpu/$2" >"$RES/$1.log" 2>&1; local rc=$?
-  echo "$(date +%T) end $1 rc=$rc" >>"$RES/stages.txt"
-}
-stage target issue7_1_target.sh
-stage distill issue7_2_distill.sh
-stage measure issue7_3_measure.sh
-stage vllm issue9_vllm.sh
-stage speed bench_speed.sh
+while read -r name script args; do
+  [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
+  echo "$(date +%T) start $name" >>"$RES/stages.txt"
+  # shellcheck disable=SC2086
+  bash "scripts/gpu/$script" $args >"$RES/$name.log" 2>&1; rc=$?
+  echo "$(date +%T) end $name rc=$rc" >>"$RES/stages.txt"
+done <"scripts/gpu/$PIPELINE.stages"
 touch "$RES/DONE"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vLLM 0.26 + the dependencies the GPU image lacks into /tmp/vsite, from the parts that
 # ../shared/device/vllm026/prepare.sh made (.c1-.c3 copied to /tmp/vx by three earlier calls,
-# .c4 carried by this one). /tmp/vsite/.ready tells issue9_vllm.sh it can start.
+# .c4 carried by this one). /tmp/vsite/.ready tells vllm_gate.sh it can start.
 set -euo pipefail
 cp .c4/* /tmp/vx/
 cd /tmp/vx && cat vllmpart.0* >vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7, stage 2 (~4 min): DSpark and DFlash drafts against the small target, same data, steps
+# Small target, stage 2 (~4 min): DSpark and DFlash drafts against the small target, same data, steps
 # and seed (configs/experiment/small_gpu*.yaml); metrics and summaries to $OUT.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 for e in small_gpu small_gpu_dflash; do

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 9: the serve-time acceptance gate in one script: train (if $DRAFT is absent), export and
+# The serve-time acceptance gate in one script: train (if $DRAFT is absent), export and
 # check the checkpoint, serve it through real vLLM 0.26 and compare with our engine
 # (scripts/gpu/vllm_vs_engine.py; exit 1 if a check fails). Needs vLLM in /tmp/vsite
-# (vllm_install.sh; waited for up to 15 min). Pair: the small one of issue7_*.sh by default, or
-#   TARGET=artifacts/tiny-target DRAFT=outputs/tiny/final EXPERIMENT=tiny bash scripts/gpu/issue9_vllm.sh
+# (vllm_install.sh; waited for up to 15 min). Pair: the small one of small.stages by default, or
+#   TARGET=artifacts/tiny-target DRAFT=outputs/tiny/final EXPERIMENT=tiny bash scripts/gpu/vllm_gate.sh
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 TARGET="${TARGET:-artifacts/small-target}"; DRAFT="${DRAFT:-outputs/small_gpu/final}"
 if [ ! -f "$DRAFT/model.safetensors" ]; then  # train + export (the final/ folder is the export)

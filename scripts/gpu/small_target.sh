@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7, stage 1 (~4 min): build the ~160M "small" Qwen3 target on the GPU (same tokenizer/chat
+# Small target, stage 1 (~4 min): build the ~160M "small" Qwen3 target on the GPU (same tokenizer/chat
 # recipe as the tiny one; the preset stops after 8 passes over the corpus, where held-out loss
 # stops improving) into artifacts/small-target, kept on the machine for the later stages.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh

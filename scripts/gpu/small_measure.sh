@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7, stage 3 (~5 min): realized acceptance DSpark vs DFlash (T=0/1, code/prose), end-to-end
+# Small target, stage 3 (~5 min): realized acceptance DSpark vs DFlash (T=0/1, code/prose), end-to-end
 # decoding speed-up at batch 1 and 8, training tokens/s + MFU on the small pair.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 python3 scripts/eval_acceptance.py --target artifacts/small-target --device cuda --batch 16 \

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# SmolLM2, stage 7: the trained DSpark draft (and the regenerated data) as < 16 MB parts under
+# $OUT/ship, which poll.sh returns a few at a time, so a later session can serve it without retraining.
+# Rebuild here with: cat dspark_final.tgz.* | tar -xz   (sha256 in ship/SHA256SUMS).
+set -euo pipefail; cd "$(dirname "$0")/../.."
+mkdir -p "$OUT/ship" && cd "$OUT/ship"
+tar -czf - -C "$OLDPWD/outputs/smollm2_dspark" final | split -b 15000000 -d - dspark_final.tgz.
+tar -czf - -C "$OLDPWD/artifacts/smollm2-data" train.regen.jsonl heldout.regen.jsonl \
+  all.regen.jsonl.summary.json | split -b 15000000 -d - smollm2_regen.tgz.
+sha256sum dspark_final.tgz.* smollm2_regen.tgz.* >SHA256SUMS; ls -la
