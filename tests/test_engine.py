@@ -24,6 +24,7 @@ from tests.test_engine_helpers import (
     reference_greedy,
     save_draft,
     save_target,
+    target_config,
     transition_matrix,
 )
 
@@ -77,6 +78,22 @@ def test_greedy_equals_target_generate(sample_from_anchor, draft_vocab, tuned):
     if tuned:
         assert spec.num_accepted_tokens > 0
         assert spec.mean_acceptance_length > 1.5
+
+
+def test_llama_target_greedy_equals_generate():
+    """A target whose config has no per-layer attention types (Llama, e.g. SmolLM2, with tied
+    embeddings) takes one 4D mask, not a dict of them."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    q = target_config()
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+    keys += ("num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**{k: getattr(q, k) for k in keys}, tie_word_embeddings=True)
+    target = LlamaForCausalLM(cfg).to(torch.float64).eval()
+    draft = make_draft(target)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    assert make_engine(target, draft, max_num_seqs=3).generate(PROMPTS, greedy_params()) == refs
 
 
 def test_target_only_equals_generate():

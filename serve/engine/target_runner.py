@@ -67,7 +67,9 @@ class TargetRunner:
         self._additive = cfg._attn_implementation not in ("sdpa", "flex_attention")
 
     def _masks(self, start: torch.Tensor, q_len: int, kv_len: int):
-        """Per layer type 4D masks (bool for sdpa; additive float for eager attention)."""
+        """Per layer type 4D masks (bool for sdpa; additive float for eager attention). With one
+        layer type, the mask itself: models without sliding layers (Llama, ...) take no dict, and
+        those with them (Qwen3, Gemma 3) use a lone 4D mask for every layer as it is."""
         out = {}
         for kind in set(self.layer_types):
             window = self.sliding_window if kind == "sliding_attention" else None
@@ -77,7 +79,7 @@ class TargetRunner:
                     ~m, torch.finfo(self.dtype).min
                 )
             out[kind] = m
-        return out
+        return out if len(out) > 1 else next(iter(out.values()))
 
     @torch.no_grad()
     def forward(
