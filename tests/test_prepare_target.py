@@ -192,3 +192,28 @@ def test_real_smollm2_wheel(tmp_path):
     summary = json.loads((out / pt.SUMMARY_NAME).read_text())
     assert (summary["params"], summary["layers"], summary["vocab_size"]) == (134515008, 30, 49152)
     assert summary["logit_check"]["confident_argmax_agreement"] == 1.0
+
+
+def test_distill_setup_prepares_a_missing_target_once(tmp_path, monkeypatch):
+    """`target.prepare=NAME` calls prepare_target when `path` is missing, never when it exists,
+    and turns its error into a SetupError (exit 2 in train.distill)."""
+    from omegaconf import OmegaConf
+
+    from train.setup import SetupError, ensure_target
+
+    calls = []
+    monkeypatch.setattr(pt, "prepare", lambda name, out: calls.append((name, out)))
+    cfg = OmegaConf.create({"path": str(tmp_path / "t"), "build_tiny": False, "prepare": NAME})
+    ensure_target(cfg)
+    assert calls == [(NAME, str(tmp_path / "t"))]
+    (tmp_path / "t").mkdir()
+    ensure_target(cfg)
+    assert len(calls) == 1
+
+    def fail(name, out):
+        raise pt.PrepareError("no wheel")
+
+    monkeypatch.setattr(pt, "prepare", fail)
+    cfg.path = str(tmp_path / "u")
+    with pytest.raises(SetupError, match="target.prepare='smollm2-135m-instruct': no wheel"):
+        ensure_target(cfg)
