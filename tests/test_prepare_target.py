@@ -177,6 +177,17 @@ def test_package_file_from_wheel_dir_and_pip(tmp_path, monkeypatch):
         find_package_file("fake-data-pkg", "1.0", "nope.txt", wheel_dir=tmp_path / "w")
 
 
+def test_package_file_from_the_installed_package_of_that_version_only(tmp_path):
+    import importlib.metadata
+
+    version = importlib.metadata.version("pytest")
+    got = find_package_file("pytest", version, "pytest/__init__.py", wheel_dir=tmp_path)
+    assert got.how.startswith(f"installed package pytest=={version}") and got.path.is_file()
+    with pytest.raises(PackageFileError, match="neither installed nor a wheel"):
+        find_package_file("pytest", "0.0.1", "pytest/__init__.py", wheel_dir=tmp_path,
+                          download=False)  # fmt: skip
+
+
 @pytest.mark.slow
 def test_real_smollm2_wheel(tmp_path):
     """The real target, built once into the cache (`$DSPARK_CACHE/test-targets`) and reused."""

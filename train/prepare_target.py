@@ -332,7 +332,12 @@ def _swap_in(tmp: Path, out: Path) -> None:
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     if out.exists():
         os.replace(out, old)
-    os.replace(tmp, out)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        if old.exists() and not out.exists():
+            os.replace(old, out)  # put the previous build back
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 
