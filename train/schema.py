@@ -14,6 +14,7 @@ class TargetCfg:
     dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
     build_tiny: bool = False  # build the embedded tiny target at `path` if it is missing
     tiny_minutes: float = 3.0  # training budget of that build
+    prepare: str | None = None  # train/prepare_target.py name: build it at `path` if missing
     trust_remote_code: bool = False
 
 

@@ -26,9 +26,25 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
-def ensure_tiny_target(tcfg) -> None:
-    """Build the embedded tiny target if the config asks for it and it is missing."""
-    if Path(tcfg.path).exists() or not tcfg.build_tiny:
+def ensure_target(tcfg) -> None:
+    """Build the target at `path` if it is missing and the config says how: `prepare` names a
+    real model (train/prepare_target.py), `build_tiny` the embedded tiny target."""
+    if Path(tcfg.path).exists():
+        return
+    name = tcfg.get("prepare")
+    if name:
+        from train.prepare_target import PrepareError, prepare
+
+        print(
+            f"[distill] target {tcfg.path} is missing: preparing it "
+            f"(python -m train.prepare_target {name} --out {tcfg.path})"
+        )
+        try:
+            prepare(name, tcfg.path)
+        except PrepareError as e:
+            raise SetupError(f"target.prepare={name!r}: {e}") from e
+        return
+    if not tcfg.build_tiny:
         return
     from scripts.make_tiny_target import build_tiny_target
 
@@ -38,7 +54,7 @@ def ensure_tiny_target(tcfg) -> None:
 
 def load_target(tcfg, device: torch.device):
     """-> (frozen model in eval mode, tokenizer)."""
-    ensure_tiny_target(tcfg)
+    ensure_target(tcfg)
     try:
         tok = AutoTokenizer.from_pretrained(tcfg.path, trust_remote_code=tcfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(

@@ -1,0 +1,60 @@
+"""`python -m train.prepare_data NAME --out DIR [options]`: a packaged dataset's splits as JSONL.
+
+    python -m train.prepare_data sharegpt --out data/ --turns first --seed 0 --gzip
+    python -m train.prepare_data humaneval --out data/
+
+Writes DIR/NAME-SPLIT.jsonl (.jsonl.gz with --gzip; `load_rows` reads both) and
+DIR/NAME-report.json, and prints how many conversations were kept and dropped, and why. The same
+build backs the `data.train=sharegpt:train` style sources (train/data/packaged.py), cached there.
+Exit code 2 when the source file cannot be found or read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from train.data.packaged import SOURCES, split_file, write_prepared
+from train.package_files import PackageFileError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m train.prepare_data", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("name", choices=sorted(SOURCES))
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--file", help="read this file instead of the package's")
+    p.add_argument(
+        "--turns", choices=("all", "first"), help="sharegpt: keep all turns or the first"
+    )
+    p.add_argument("--seed", type=int, help="sharegpt: split seed (default 0)")
+    p.add_argument("--heldout-fraction", type=float, help="sharegpt: default 0.02")
+    p.add_argument("--gzip", action="store_true", help="write .jsonl.gz")
+    a = p.parse_args(argv)
+    opts = dict(SOURCES[a.name].options)
+    given = {"turns": a.turns, "seed": a.seed, "heldout_fraction": a.heldout_fraction}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key not in opts:
+            p.error(f"--{key.replace('_', '-')} does not apply to {a.name}")
+        opts[key] = value
+    start = time.perf_counter()
+    try:
+        report = write_prepared(a.name, opts, Path(a.out), file=a.file, gz=a.gzip)
+    except (PackageFileError, OSError, ValueError) as e:
+        print(f"[prepare-data] error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2))
+    for split, n in report["splits"].items():
+        print(f"[prepare-data] {split_file(Path(a.out), a.name, split, a.gzip)}: {n} rows")
+    print(f"[prepare-data] {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
