@@ -30,7 +30,7 @@ def ensure_tiny_target(tcfg) -> None:
     """Build the embedded tiny target if the config asks for it and it is missing."""
     if Path(tcfg.path).exists() or not tcfg.build_tiny:
         return
-    from scripts.make_tiny_target import build_tiny_target
+    from train.tiny_target.build import build_tiny_target
 
     print(f"[distill] building the tiny target at {tcfg.path} (~{tcfg.tiny_minutes} min)")
     build_tiny_target(tcfg.path, minutes=tcfg.tiny_minutes)
