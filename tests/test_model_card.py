@@ -111,8 +111,9 @@ def test_vllm_command_anchor_first_with_confidence(tmp_path):
         "method": "dspark",
         "model": "org/tiny-dspark",
         "num_speculative_tokens": 4,
-        "enable_adaptive_verification": True,
+        "draft_sample_method": "probabilistic",
     }
+    assert '"enable_adaptive_verification": true' in text  # offered, not on by default
     assert text.count("vllm serve Qwen/Qwen3-8B --speculative-config '{") == 1
 
 
