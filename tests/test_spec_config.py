@@ -56,7 +56,16 @@ def test_versions_and_features():
         False,
     ]
     assert {f.name for f in missing_features("0.26.0")} == {f.name for f in VLLM_FEATURES}
-    assert [f.name for f in missing_features("0.33.1")] == ["sharded_sequential_sampling"]
+    assert [f.name for f in missing_features("0.27.0")] == [
+        "adaptive_verification",
+        "batch_sharded_sampling",
+        "batch_sharded_with_adaptive",
+        "sharded_sequential_sampling",
+    ]
+    assert [f.name for f in missing_features("0.33.1")] == [
+        "batch_sharded_with_adaptive",
+        "sharded_sequential_sampling",
+    ]
     assert missing_features("0.34.0") == [] and missing_features(None) == []
     spec = speculative_config(tiny_config(), "/d", adaptive_verification=True)
     old, notes = fit_to_vllm(spec, "0.26.0")

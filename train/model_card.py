@@ -134,7 +134,7 @@ def render_model_card(
         lines.append(
             "- Adaptive verification uses the confidence head: add "
             '`"enable_adaptive_verification": true` (`adaptive_verification=true` in '
-            "`serve.launch`; vLLM >= 0.32). It needs full CUDA graphs (no `--enforce-eager`), "
+            "`serve.launch`; vLLM >= 0.28). It needs full CUDA graphs (no `--enforce-eager`), "
             "no LoRA and pipeline parallel size 1."
         )
     lines.append(
