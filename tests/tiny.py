@@ -1,12 +1,14 @@
-"""The tiny DSpark drafts every test suite builds from (CPU suite, model card, vLLM suite).
+"""The tiny models every test suite builds from (CPU suite, model card, vLLM suite).
 
 `tiny_config(**overrides)` is the one tiny `DSparkConfig` (V=96 target vocab, H=32 draft hidden,
 2 target layers of width 16 captured from a 6-layer target, 2 draft layers, B=4, r=8);
 `tiny_model(...)` a draft of it with a random "target" embedding / lm_head and vocab map.
-`randomise_` gives every parameter distinct random values (the vLLM suite's poison-and-fill
-tests need that), and `random_vocab_map` the reduced-vocab map both builders use. The vLLM
-suite sizes its drafts from its own tiny target (`tests/vllm/ckpts.py`: head_dim 32 for vLLM's
-CPU attention) with these same helpers.
+`tiny_target_config` is the tiny Qwen3 target config the suites start from (head_dim = hidden /
+heads, MLP 2x hidden, untied embeddings unless asked). `randomise_` gives every parameter
+distinct random values (the vLLM suite's poison-and-fill tests need that), and
+`random_vocab_map` is the reduced-vocab map both draft builders use. The vLLM suite sizes its
+drafts from its own tiny target (`tests/vllm/ckpts.py`: head_dim 32 for vLLM's CPU attention)
+with these same helpers.
 """
 
 from __future__ import annotations
@@ -78,3 +80,26 @@ def randomise_(model: DSparkDraftModel, seed: int) -> None:
             p.copy_(1.0 + 0.2 * noise)  # distinct per norm: a swapped norm changes outputs
         else:
             p.copy_(noise / max(p.shape[-1], 1) ** 0.5)
+
+
+def tiny_target_config(
+    vocab_size: int,
+    hidden_size: int = 32,
+    num_hidden_layers: int = 4,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    **overrides,
+):
+    """A tiny Qwen3 target config (`transformers.Qwen3Config`); overrides pass through."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        head_dim=hidden_size // num_attention_heads,
+        **{"tie_word_embeddings": False, **overrides},
+    )

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from common.checkpoint import WEIGHTS_NAME, save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
-from tests.tiny import random_vocab_map, randomise_
+from tests.tiny import random_vocab_map, randomise_, tiny_target_config
 
 VOCAB = 320
 MASK_ID = 3  # "<mask>": a reserved id, as the DSpark recipe asks
@@ -27,19 +27,15 @@ TRAINED_WORDS = 32  # words the trained target sees (a 32-entry map learns in se
 
 
 def target_hf_config(num_layers: int = 6):
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
+    """head_dim 32: one of vLLM's CPU attention head sizes."""
+    return tiny_target_config(
+        VOCAB,
+        64,
+        num_layers,
+        2,
+        1,
         max_position_embeddings=512,
         rope_theta=10000.0,
-        tie_word_embeddings=False,
         eos_token_id=2,
         bos_token_id=1,
         pad_token_id=0,
