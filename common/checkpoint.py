@@ -28,11 +28,18 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from common.checkpoint_files import (  # re-exported: the names every reader imports from here
+    CONFIG_NAME,
+    DSPARK_TOP_LEVEL_KEYS,
+    FP32_KEYS_PREFIX,
+    PROVENANCE_NAME,
+    WEIGHTS_NAME,
+    read_config,
+)
 from common.config import DSparkConfig
+from common.contract import check_checkpoint
 from common.model import DSparkDraftModel
 
-CONFIG_NAME, WEIGHTS_NAME, PROVENANCE_NAME = "config.json", "model.safetensors", "provenance.json"
-FP32_KEYS_PREFIX = "confidence_head."
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "safetensors", "dspark", "vllm")
 
 
@@ -87,7 +94,7 @@ def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any
     """config.json of the speculators layout (vLLM's `update_dspark` reads the top-level keys;
     note its `sample_from_anchor` default is False, so it is always written)."""
     hf = cfg.to_hf_dict()
-    layer = {k: hf[k] for k in hf if k not in _DSPARK_TOP_LEVEL and k != "architectures"}
+    layer = {k: hf[k] for k in hf if k not in DSPARK_TOP_LEVEL_KEYS and k != "architectures"}
     return {
         "architectures": ["Qwen3DSparkModel"],
         "speculators_model_type": "dspark",
@@ -105,24 +112,8 @@ def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any
         },
         "transformer_layer_config": layer,
         "aux_hidden_state_layer_ids": [i + 1 for i in cfg.target_layer_ids],
-        **{k: hf[k] for k in _DSPARK_TOP_LEVEL if k in hf},
+        **{k: hf[k] for k in DSPARK_TOP_LEVEL_KEYS if k in hf},
     }
-
-
-_DSPARK_TOP_LEVEL = (
-    "draft_vocab_size",
-    "target_hidden_size",
-    "mask_token_id",
-    "markov_rank",
-    "markov_head_type",
-    "block_size",
-    "enable_confidence_head",
-    "confidence_head_with_markov",
-    "sample_from_anchor",
-    "target_layer_ids",
-    "target_num_hidden_layers",
-    "dspark_bonus_anchor",
-)
 
 
 def save_checkpoint(
@@ -140,8 +131,6 @@ def save_checkpoint(
 
     Validated before the rename into `out_dir`; raises `ValueError` listing every problem.
     """
-    from common.contract import check_checkpoint  # local: contract imports this module
-
     cfg = model.config
     if fmt == "canonical":
         config = cfg.to_hf_dict()
@@ -190,19 +179,6 @@ def _replace_dir(new: Path, out: Path) -> None:
             trash.rmdir()
         raise
     shutil.rmtree(trash)
-
-
-def read_config(ckpt_dir: str | os.PathLike) -> DSparkConfig:
-    """DSparkConfig from either layout's config.json."""
-    d = json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text())
-    if "speculators_config" in d:
-        flat = dict(d.get("transformer_layer_config") or {})
-        flat.update({k: d[k] for k in _DSPARK_TOP_LEVEL if k in d})
-        if "target_layer_ids" not in d:
-            flat["target_layer_ids"] = [i - 1 for i in d["aux_hidden_state_layer_ids"]]
-        flat.setdefault("sample_from_anchor", False)  # vLLM's default for this layout
-        d = flat
-    return DSparkConfig.from_hf_dict(d)
 
 
 def load_checkpoint(

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from common.checkpoint import (
+from common.checkpoint_files import (
     CONFIG_NAME,
     FP32_KEYS_PREFIX,
     PROVENANCE_NAME,

@@ -6,7 +6,8 @@
 
 Output: an HF folder (model + tokenizer with a generation-tagged ChatML template + data/*.jsonl +
 train_summary.json + recipe.json), reused when its recipe hash matches. The logic lives in
-`scripts/tiny_target/`; import `build_tiny_target` from here or from there.
+`train/tiny_target/` (a package module, so `train` can build the target without `scripts/`);
+this file is its command line.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ if __package__ in (None, ""):  # run as a file: make the repo root importable
 # must be set before the imports below; an explicit user setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from scripts.tiny_target.build import (  # noqa: E402
+from train.tiny_target.build import (  # noqa: E402
     DEFAULT_OUT,
     TinyTargetBuild,
     build_tiny_target,
 )
-from scripts.tiny_target.presets import PRESETS  # noqa: E402
+from train.tiny_target.presets import PRESETS  # noqa: E402
 
 __all__ = ["DEFAULT_OUT", "TinyTargetBuild", "build_tiny_target", "main"]
 

@@ -10,5 +10,5 @@ python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[dev]"
 python3 -m ruff check .
 python3 -m ruff format --check .
-python3 -m pytest -m "not vllm and not gpu" -p no:cacheprovider -o addopts="" -q
+python3 -m pytest -m "not vllm" -p no:cacheprovider -o addopts="" -q
 bash scripts/test_vllm.sh

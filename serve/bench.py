@@ -8,9 +8,10 @@ Design choices:
   (output tokens - 1), per request, as `vllm bench serve` does. Output tokens come from the
   stream's `usage` (`stream_options.include_usage`); a server without it is counted by chunks.
 - Acceptance is pooled from `/metrics` deltas scraped before and after the run, never averaged
-  per request: mean acceptance length = 1 + accepted / drafts, per-position rate =
-  accepted_per_pos[i] / drafts, acceptance rate = accepted / draft tokens (vLLM's own formulas).
-  Counters are summed over label sets (engines); `_created` samples are skipped.
+  per request, with the engine's own arithmetic (`serve.engine.stats.SpecDecodeStats`: mean
+  acceptance length = 1 + accepted / drafts, per-position rate = accepted_per_pos[i] / drafts,
+  acceptance rate = accepted / draft tokens, vLLM's formulas). `/metrics` is read with
+  `prometheus_client.parser`; counters are summed over label sets (engines).
 - Pure functions (`parse_spec_decode_metrics`, `spec_decode_delta`, `summarize`) hold all the
   arithmetic; the async client only times requests.
 """
@@ -23,10 +24,13 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from serve.engine.stats import SpecDecodeStats
 
 DEFAULT_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number using memoization.",
@@ -57,89 +61,59 @@ PER_POS_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
 # ---------------------------------------------------------------- /metrics
 
 
-@dataclass
-class SpecDecodeCounters:
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    accepted_per_pos: dict[int, int] = field(default_factory=dict)
+def parse_spec_decode_metrics(text: str) -> SpecDecodeStats | None:
+    """The spec-decode counters of a Prometheus exposition (`prometheus_client.parser`), summed
+    over label sets (engines); None if the server exports none (no speculative decoding, or not
+    vLLM-compatible metrics). `_created` samples are skipped; `_total` is optional."""
+    totals, per_pos, found = dict.fromkeys(SPEC_COUNTERS.values(), 0), {}, False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            base = sample.name.removesuffix("_total")
+            if base == PER_POS_COUNTER:
+                pos = int(sample.labels["position"])
+                per_pos[pos] = per_pos.get(pos, 0) + int(sample.value)
+            elif base in SPEC_COUNTERS:
+                totals[SPEC_COUNTERS[base]] += int(sample.value)
+            else:
+                continue
+            found = True
+    if not found:
+        return None
+    n = max(per_pos, default=-1) + 1
+    return SpecDecodeStats(
+        n,
+        totals["num_drafts"],
+        totals["num_draft_tokens"],
+        totals["num_accepted_tokens"],
+        [per_pos.get(k, 0) for k in range(n)],
+    )
 
 
-def _parse_labels(text: str) -> dict[str, str]:
-    labels, i = {}, 0
-    while i < len(text):
-        eq = text.index("=", i)
-        key = text[i:eq].strip().lstrip(",").strip()
-        j = eq + 2  # past ="
-        value = []
-        while text[j] != '"':
-            if text[j] == "\\":
-                j += 1
-            value.append(text[j])
-            j += 1
-        labels[key] = "".join(value)
-        i = j + 1
-        while i < len(text) and text[i] in ", ":
-            i += 1
-    return labels
-
-
-def parse_spec_decode_metrics(text: str) -> SpecDecodeCounters | None:
-    """The spec-decode counters of a Prometheus exposition, summed over label sets; None if the
-    server exports none (no speculative decoding, or not vLLM-compatible metrics)."""
-    out, found = SpecDecodeCounters(), False
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            label_text, value_text = rest.rsplit("}", 1)
-        else:
-            name, _, value_text = line.partition(" ")
-            label_text = ""
-        name = name.strip()
-        if name.endswith("_created"):
-            continue
-        base = name.removesuffix("_total")
-        if base not in SPEC_COUNTERS and base != PER_POS_COUNTER:
-            continue
-        try:
-            value = int(float(value_text.split()[0]))
-        except (ValueError, IndexError):
-            continue
-        found = True
-        if base == PER_POS_COUNTER:
-            pos = int(_parse_labels(label_text)["position"])
-            out.accepted_per_pos[pos] = out.accepted_per_pos.get(pos, 0) + value
-        else:
-            attr = SPEC_COUNTERS[base]
-            setattr(out, attr, getattr(out, attr) + value)
-    return out if found else None
-
-
-def spec_decode_delta(
-    before: SpecDecodeCounters | None, after: SpecDecodeCounters | None
-) -> dict | None:
-    """Pooled acceptance over the run (after - before), the way `vllm bench serve` reports it."""
+def spec_decode_delta(before: SpecDecodeStats | None, after: SpecDecodeStats | None) -> dict | None:
+    """Pooled acceptance over the run (after - before), by `SpecDecodeStats`' one arithmetic;
+    rates are None (lists empty) when nothing was drafted."""
     if before is None or after is None:
         return None
-    drafts = after.num_drafts - before.num_drafts
-    draft_tokens = after.num_draft_tokens - before.num_draft_tokens
-    accepted = after.num_accepted_tokens - before.num_accepted_tokens
-    positions = sorted(set(before.accepted_per_pos) | set(after.accepted_per_pos))
-    per_pos = [
-        after.accepted_per_pos.get(p, 0) - before.accepted_per_pos.get(p, 0) for p in positions
-    ]
+    n = max(before.num_speculative_tokens, after.num_speculative_tokens)
+    d = _padded(after, n).since(_padded(before, n))
+    drafted = d.num_drafts > 0
     return {
-        "num_drafts": drafts,
-        "num_draft_tokens": draft_tokens,
-        "num_accepted_tokens": accepted,
-        "accepted_per_pos": per_pos,
-        "acceptance_rate": accepted / draft_tokens if draft_tokens > 0 else None,
-        "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else None,
-        "per_position_acceptance_rates": [a / drafts for a in per_pos] if drafts > 0 else [],
+        "num_drafts": d.num_drafts,
+        "num_draft_tokens": d.num_draft_tokens,
+        "num_accepted_tokens": d.num_accepted_tokens,
+        "accepted_per_pos": d.num_accepted_tokens_per_pos,
+        "acceptance_rate": d.draft_acceptance_rate if d.num_draft_tokens > 0 else None,
+        "mean_acceptance_length": d.mean_acceptance_length if drafted else None,
+        "per_position_acceptance_rates": d.per_position_rate() if drafted else [],
     }
+
+
+def _padded(s: SpecDecodeStats, n: int) -> SpecDecodeStats:
+    """`s` with per-position counts for n positions (a position never reported counts 0)."""
+    pos = s.num_accepted_tokens_per_pos + [0] * (n - len(s.num_accepted_tokens_per_pos))
+    return SpecDecodeStats(n, s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, pos)
 
 
 # ---------------------------------------------------------------- requests
@@ -247,7 +221,7 @@ async def _one_request(client: httpx.AsyncClient, url: str, body: dict, index: i
     return res
 
 
-async def _fetch_metrics(client: httpx.AsyncClient, root: str) -> SpecDecodeCounters | None:
+async def _fetch_metrics(client: httpx.AsyncClient, root: str) -> SpecDecodeStats | None:
     try:
         resp = await client.get(f"{root}/metrics")
     except httpx.HTTPError:

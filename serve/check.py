@@ -1,12 +1,17 @@
 """`python -m serve.check CKPT_DIR [--vllm]`: validate a DSpark checkpoint against the vLLM
-contract; prints one line per problem and exits 1 if there is any (0 when clean)."""
+contract; prints one line per problem and exits 1 if there is any (0 when clean). A clean
+checkpoint also gets the `--speculative-config` that `serve.launch` would pass vLLM for it."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 
+from common.checkpoint import read_config
 from common.contract import check_checkpoint
+from common.spec_config import speculative_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.ckpt_dir}: {p}")
     if not problems:
         print(f"{args.ckpt_dir}: OK")
+        spec = speculative_config(read_config(args.ckpt_dir), args.ckpt_dir)
+        print(f"vLLM: --speculative-config {shlex.quote(json.dumps(spec))}")
     return 1 if problems else 0
 
 

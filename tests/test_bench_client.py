@@ -18,11 +18,11 @@ from serve import bench
 from serve.bench import (
     DEFAULT_PROMPTS,
     RequestResult,
-    SpecDecodeCounters,
     parse_spec_decode_metrics,
     spec_decode_delta,
     summarize,
 )
+from serve.engine.stats import SpecDecodeStats
 
 TOKENS_PER_REQUEST = 6
 FIRST_DELAY, STEP_DELAY = 0.05, 0.01
@@ -253,19 +253,19 @@ def test_parse_metrics_sums_engines_and_skips_created():
     c = parse_spec_decode_metrics(fake.metrics_text())
     assert c.num_drafts == 100 + 6 and c.num_draft_tokens == 400 + 24
     assert c.num_accepted_tokens == 130 + 15
-    assert c.accepted_per_pos == {0: 86, 1: 66, 2: 33, 3: 10}
+    assert c.num_accepted_tokens_per_pos == [86, 66, 33, 10]
     assert parse_spec_decode_metrics('vllm:num_requests_running{engine="0"} 1.0\n') is None
     # Counters without the _total suffix (a plain exporter) are read too.
     c = parse_spec_decode_metrics(
         "vllm:spec_decode_num_drafts 4\nvllm:spec_decode_num_accepted_tokens_per_pos"
         '{position="1",x="a,b=\\"c\\""} 3\n'
     )
-    assert c.num_drafts == 4 and c.accepted_per_pos == {1: 3}
+    assert c.num_drafts == 4 and c.num_accepted_tokens_per_pos == [0, 3]
 
 
 def test_spec_decode_delta_formulas():
-    before = SpecDecodeCounters(10, 40, 20, {0: 8, 1: 6, 2: 4, 3: 2})
-    after = SpecDecodeCounters(30, 120, 50, {0: 22, 1: 15, 2: 9, 3: 4})
+    before = SpecDecodeStats(4, 10, 40, 20, [8, 6, 4, 2])
+    after = SpecDecodeStats(4, 30, 120, 50, [22, 15, 9, 4])
     d = spec_decode_delta(before, after)
     assert d["num_drafts"] == 20 and d["num_accepted_tokens"] == 30
     assert d["mean_acceptance_length"] == pytest.approx(1 + 30 / 20)
@@ -276,6 +276,9 @@ def test_spec_decode_delta_formulas():
     assert spec_decode_delta(None, after) is None
     idle = spec_decode_delta(after, after)
     assert idle["mean_acceptance_length"] is None and idle["per_position_acceptance_rates"] == []
+    # A first scrape before any per-position sample: the missing positions count as zero.
+    d = spec_decode_delta(parse_spec_decode_metrics("vllm:spec_decode_num_drafts_total 0\n"), after)
+    assert d["accepted_per_pos"] == [22, 15, 9, 4] and d["mean_acceptance_length"] == 1 + 50 / 30
 
 
 def test_summarize_exact():

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import common.contract
+import common.checkpoint
 from common.checkpoint import (
     CONFIG_NAME,
     PROVENANCE_NAME,
@@ -139,7 +139,7 @@ def test_overwrite_replaces_and_cleans_up(tmp_path, batch):
 def test_failed_validation_leaves_old_folder_intact(tmp_path, monkeypatch):
     out = save_checkpoint(tiny_model(seed=1), tmp_path / "ckpt")
     before = files(out)
-    monkeypatch.setattr(common.contract, "check_checkpoint", lambda d, **kw: ["boom"])
+    monkeypatch.setattr(common.checkpoint, "check_checkpoint", lambda d, **kw: ["boom"])
     with pytest.raises(ValueError, match="boom"):
         save_checkpoint(tiny_model(seed=2), out)
     assert files(out) == before

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from common.checkpoint import save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
 from common.vocab import build_vocab_map
+from tests.tiny import tiny_target_config
 
 V = 96
 SPECIAL = ["<pad>", "<eos>", "<mask>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -39,19 +40,9 @@ def make_tokenizer() -> PreTrainedTokenizerFast:
     return tok
 
 
-def target_config(layers: int = 4) -> Qwen3Config:
-    return Qwen3Config(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        eos_token_id=EOS,
-        pad_token_id=0,
+def target_config(layers: int = 4):
+    return tiny_target_config(
+        V, 32, layers, max_position_embeddings=512, eos_token_id=EOS, pad_token_id=0
     )
 
 

@@ -6,49 +6,19 @@ import json
 import shlex
 
 import pytest
-import torch
 import yaml
 
 from common.checkpoint import save_checkpoint
-from common.config import DSparkConfig
-from common.model import DSparkDraftModel
-from common.vocab import build_vocab_map
+from tests.tiny import tiny_model
 from train.model_card import write_model_card
 
-TINY = dict(
-    vocab_size=64,
-    target_hidden_size=16,
-    target_num_hidden_layers=4,
-    target_layer_ids=[0, 1],
-    mask_token_id=63,
-    hidden_size=16,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=8,
-    intermediate_size=32,
-    max_position_embeddings=128,
-    block_size=4,
-    markov_rank=4,
-)
 RECIPE = {"lr": 6e-4, "steps": 200, "batch": 8, "seq_len": 512, "data": {"name": "chat", "n": 100}}
 METRICS = {"analytic_tau": 3.25, "heldout_loss": 1.875}
 
 
 def write_tiny_checkpoint(out_dir, seed: int = 0, **overrides):
-    """A valid canonical checkpoint of a ~20k-parameter draft (reduced vocab by default)."""
-    cfg = DSparkConfig(**{**TINY, "draft_vocab_size": 32, **overrides})
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = DSparkDraftModel(cfg)
-    embed = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen)
-    lm_head = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen)
-    if cfg.reduced_vocab:
-        vm = build_vocab_map(torch.randint(0, 5, (cfg.vocab_size,), generator=gen), cfg.draft_vocab)
-        model.init_from_target(embed, lm_head, vm.d2t, vm.t2d)
-    else:
-        model.init_from_target(embed, lm_head)
-    return save_checkpoint(model, out_dir)
+    """A valid canonical checkpoint of the shared tiny draft (reduced vocab of 32 by default)."""
+    return save_checkpoint(tiny_model(seed, **{"draft_vocab_size": 32, **overrides}), out_dir)
 
 
 def _card(tmp_path, *, acceptance=None, repo_id="org/tiny-dspark", target="Qwen/Qwen3-8B", **cfg):
@@ -88,9 +58,9 @@ def test_front_matter_and_sections(tmp_path):
         "| Layout | anchor-first: 4 drafts per block of 4 |",
         "| Block size | 4 |",
         "| Speculative tokens | 4 |",
-        "| Markov head | vanilla, rank 4 |",
+        "| Markov head | vanilla, rank 8 |",
         "| Confidence head | yes (hidden + Markov embedding) |",
-        "| Draft vocab | 32 of 64 target tokens (d2t map ships) |",
+        "| Draft vocab | 32 of 96 target tokens (d2t map ships) |",
         "| lr | 0.0006 |",
         "| steps | 200 |",
         "| data.name | chat |",
@@ -111,8 +81,9 @@ def test_vllm_command_anchor_first_with_confidence(tmp_path):
         "method": "dspark",
         "model": "org/tiny-dspark",
         "num_speculative_tokens": 4,
-        "enable_adaptive_verification": True,
+        "draft_sample_method": "probabilistic",
     }
+    assert '"enable_adaptive_verification": true' in text  # offered, not on by default
     assert text.count("vllm serve Qwen/Qwen3-8B --speculative-config '{") == 1
 
 
@@ -131,7 +102,7 @@ def test_local_target_and_no_repo_id(tmp_path):
     assert _spec_config(text)["model"] == str(ckpt.resolve())
     assert "'/models/my target'" in text  # shell-quoted in both commands
     assert "hf download" not in text
-    assert "| Draft vocab | full target vocab (64) |" in text
+    assert "| Draft vocab | full target vocab (96) |" in text
 
 
 def test_deterministic(tmp_path):

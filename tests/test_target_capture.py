@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 
 from common.config import DSparkConfig
 from common.target import TargetCapture, target_head_weights
+from tests.tiny import tiny_target_config
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -18,15 +19,8 @@ N_LAYERS, HIDDEN = 7, 16
 @pytest.fixture(scope="module")
 def target():
     torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=64,
-        hidden_size=HIDDEN,
-        intermediate_size=32,
-        num_hidden_layers=N_LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=64,
+    cfg = tiny_target_config(
+        64, HIDDEN, N_LAYERS, 2, 1, max_position_embeddings=64, tie_word_embeddings=True
     )
     return Qwen3ForCausalLM(cfg).eval()
 

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scripts.make_tiny_target import build_tiny_target, main
-from scripts.tiny_target.tokenizer import SPECIAL_TOKENS
+from train.tiny_target.tokenizer import SPECIAL_TOKENS
 
 ARGS = {"steps": 5, "max_files": 40, "seed": 0}
 

@@ -8,7 +8,9 @@ import random
 from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
+
+from tests.tiny import tiny_target_config
 
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
@@ -54,17 +56,8 @@ def build_tiny_random_target(out: Path, layers: int = 4, hidden: int = 32, seed:
     torch.manual_seed(seed)
     rows = chat_rows(120, seed) + chat_rows(20, seed + 1)
     tok = make_tokenizer([" ".join(WORDS)] * 50)
-    cfg = Qwen3Config(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden // 4,
-        intermediate_size=2 * hidden,
-        tie_word_embeddings=False,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+    cfg = tiny_target_config(
+        len(tok), hidden, layers, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     )
     Qwen3ForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)

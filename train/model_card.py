@@ -6,9 +6,8 @@ Design choices:
   does not hold (target, recipe, metrics, per-position acceptance).
 - Deterministic: no timestamps, no host names; the same inputs give byte-identical output, so
   re-exporting an unchanged draft makes an empty Hub commit that `upload_folder` skips.
-- The vLLM command always passes `num_speculative_tokens` (vLLM 0.34 defaults it to `block_size`,
-  one slot too many for a 1+N draft) and `enable_adaptive_verification` only with a confidence head
-  (without one vLLM falls back to an online estimator and keeps sampling replicated).
+- The vLLM command's `--speculative-config` is `common.spec_config.speculative_config`, the one
+  `serve.launch` runs and `serve.check` prints: the card shows the launcher's default launch.
 - Front matter values are written as JSON scalars (valid YAML), so no YAML writer is needed.
 """
 
@@ -24,6 +23,7 @@ from typing import Any
 
 from common.checkpoint import PROVENANCE_NAME, read_config
 from common.config import DSparkConfig
+from common.spec_config import speculative_config
 
 CARD_NAME = "README.md"
 TAGS = ("dspark", "speculative-decoding", "vllm")
@@ -31,20 +31,8 @@ TAGS = ("dspark", "speculative-decoding", "vllm")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def vllm_speculative_config(cfg: DSparkConfig, model: str) -> dict[str, Any]:
-    """The `--speculative-config` of `vllm serve` for this draft (docs/vllm-contract.md)."""
-    spec: dict[str, Any] = {
-        "method": "dspark",
-        "model": model,
-        "num_speculative_tokens": cfg.num_speculative_tokens,
-    }
-    if cfg.enable_confidence_head:
-        spec["enable_adaptive_verification"] = True
-    return spec
-
-
 def vllm_command(cfg: DSparkConfig, target: str, model: str) -> str:
-    spec = json.dumps(vllm_speculative_config(cfg, model))
+    spec = json.dumps(speculative_config(cfg, model))
     return f"vllm serve {shlex.quote(target)} --speculative-config {shlex.quote(spec)}"
 
 
@@ -144,8 +132,10 @@ def render_model_card(
     ]
     if cfg.enable_confidence_head:
         lines.append(
-            "- Adaptive verification uses the confidence head; it needs full CUDA graphs (no "
-            "`--enforce-eager`), no LoRA and pipeline parallel size 1."
+            "- Adaptive verification uses the confidence head: add "
+            '`"enable_adaptive_verification": true` (`adaptive_verification=true` in '
+            "`serve.launch`; vLLM >= 0.28). It needs full CUDA graphs (no `--enforce-eager`), "
+            "no LoRA and pipeline parallel size 1."
         )
     lines.append(
         "- With tensor parallelism add `-tp N --enable-batch-sharded-sampling` "

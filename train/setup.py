@@ -46,7 +46,7 @@ def ensure_target(tcfg) -> None:
         return
     if not tcfg.build_tiny:
         return
-    from scripts.make_tiny_target import build_tiny_target
+    from train.tiny_target.build import build_tiny_target
 
     print(f"[distill] building the tiny target at {tcfg.path} (~{tcfg.tiny_minutes} min)")
     build_tiny_target(tcfg.path, minutes=tcfg.tiny_minutes)

@@ -108,11 +108,6 @@ class Server:
                 "completion). Reduce the prompt or max_tokens.",
                 param="max_tokens",
             )
-        if req.temperature > 0 and not self.engine.sampler.probabilistic_available:
-            raise APIError(
-                "temperature > 0 is not available in this build: use temperature 0",
-                param="temperature",
-            )
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=req.temperature,

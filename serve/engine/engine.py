@@ -109,8 +109,6 @@ class Engine:
     def _sps_table(self):
         """The steps-per-second table adaptive verification maximises against: loaded from
         `opts.sps_table`, else profiled now on the target forward (one row of n tokens)."""
-        if self.sampler.lib is None:
-            raise OptionsError("adaptive_verification needs common.sampling, which is missing.")
         table_cls = self.sampler.lib.SPSTable
         if self.opts.sps_table:
             return table_cls.load(self.opts.sps_table)
@@ -191,7 +189,7 @@ class Engine:
                 outputs += self._spec_round(previously_running)
             else:
                 outputs += self._target_round(previously_running)
-        with self.stats._lock:
+        with self.stats.updating():
             self.stats.steps += 1
             self.stats.num_running = len(self.scheduler.running)
             self.stats.num_waiting = len(self.scheduler.waiting)
@@ -250,7 +248,7 @@ class Engine:
         for r, tok in zip(reqs, first, strict=True):
             r.num_computed = len(r.prompt_ids)
             results.append(self._emit(r, [tok]))
-        with self.stats._lock:
+        with self.stats.updating():
             self.stats.prompt_tokens += int(lens.sum())
             self.stats.time_prefill += t1 - t0
             self.stats.time_context += t2 - t1
@@ -285,13 +283,8 @@ class Engine:
         accepted = verdict.num_accepted.tolist()
         tokens = verdict.tokens.tolist()
         per_pos = verdict.accepted.sum(0).tolist()
-        spec = self.stats.spec
-        with self.stats._lock:
-            spec.num_drafts += len(reqs)
-            spec.num_draft_tokens += int(verify_len.sum())
-            spec.num_accepted_tokens += sum(accepted)
-            for k, c in enumerate(per_pos):
-                spec.num_accepted_tokens_per_pos[k] += int(c)
+        with self.stats.updating():
+            self.stats.spec.add(len(reqs), int(verify_len.sum()), sum(accepted), per_pos)
             self.stats.time_backbone += prop.backbone_s
             self.stats.time_markov += prop.markov_s
             self.stats.time_verify += t1 - t0
@@ -312,7 +305,7 @@ class Engine:
         out = self.target.forward(rows, anchors, lens)
         temps, seeds = self._batch_params(reqs)
         toks = self.sampler.sample_target(out.logits[:, 0], temps, seeds, lens).tolist()
-        with self.stats._lock:
+        with self.stats.updating():
             self.stats.time_verify += self._clock() - t0
         results = []
         for r, tok in zip(reqs, toks, strict=True):
@@ -335,7 +328,7 @@ class Engine:
                 reason = "length"
             if reason:
                 break
-        with self.stats._lock:
+        with self.stats.updating():
             self.stats.generation_tokens += len(new)
         if reason:
             self._finish(req, reason)
@@ -343,7 +336,7 @@ class Engine:
 
     def _finish(self, req: Request, reason: str) -> None:
         self.scheduler.finish(req, reason)
-        with self.stats._lock:
+        with self.stats.updating():
             if reason == "abort":
                 self.stats.requests_aborted += 1
             else:

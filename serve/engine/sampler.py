@@ -2,9 +2,9 @@
 
 Everything random in the engine goes through `Sampler`. The probabilistic backend is
 `common.sampling` (keyed Gumbel sampling, the Markov walk with its sampled-from distributions,
-lossless rejection verification with per-request verify lengths). Without it the seam falls back
-to a minimal greedy implementation (argmax walk, exact-match verification) and refuses
-temperature > 0.
+lossless rejection verification with per-request verify lengths), a part of this package, so
+always there. All-greedy rounds take a plain argmax walk and exact-match verification instead
+(cheaper here than the backend's static-shape path, and the same result).
 
 Keys follow vLLM's DSpark speculator: the draw producing the token at position P is keyed by
 (request seed, P - 1); drafting, accept uniforms and target/bonus draws use separate streams.
@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-try:  # the probabilistic backend; optional so greedy serving never depends on it
-    import common.sampling as _lib
-    from common.sampling import plan_verify_lengths
-except ImportError:  # pragma: no cover - exercised only where common.sampling is absent
-    _lib = plan_verify_lengths = None
+import common.sampling as _lib
+from common.sampling import plan_verify_lengths
+
+__all__ = ["Sampler", "Verdict", "Walk", "greedy_verify", "greedy_walk", "plan_verify_lengths"]
 
 
 @dataclass
@@ -58,7 +57,7 @@ class Verdict:
 
 
 def greedy_walk(model, base, hidden, anchors, want_confidence: bool) -> Walk:
-    """Argmax Markov walk (fallback). base: [R, N, Vd], hidden: [R, N, H], anchors: [R]."""
+    """Argmax Markov walk (all-greedy rounds). base: [R, N, Vd], hidden: [R, N, H], anchors: [R]."""
     prev, state, ids, embeds = anchors, None, [], []
     for j in range(base.shape[1]):
         bias, e, state = model.markov_step(prev, hidden[:, j], state)
@@ -74,7 +73,7 @@ def greedy_walk(model, base, hidden, anchors, want_confidence: bool) -> Walk:
 
 
 def greedy_verify(target_logits, draft_ids, verify_len) -> Verdict:
-    """Accept while draft == target argmax (fallback). target_logits: [R, N+1, V]."""
+    """Accept while draft == target argmax (all-greedy rounds). target_logits: [R, N+1, V]."""
     target_ids = target_logits.argmax(-1)  # [R, N+1]
     n = draft_ids.shape[1]
     offered = torch.arange(n, device=draft_ids.device) < verify_len.view(-1, 1)
@@ -93,24 +92,16 @@ class Sampler:
         self.mode, self.topk = mode, topk
         self.lib = _lib
 
-    @property
-    def probabilistic_available(self) -> bool:
-        return self.lib is not None
-
-    def _check(self, temperature: torch.Tensor) -> bool:
-        """True if any row samples; raises when that needs the missing backend."""
-        random = bool((temperature > 0).any())
-        if random and self.lib is None:
-            raise NotImplementedError(
-                "temperature > 0 needs common.sampling, which is not installed: use temperature 0"
-            )
-        return random
+    @staticmethod
+    def _check(temperature: torch.Tensor) -> bool:
+        """True if any row samples."""
+        return bool((temperature > 0).any())
 
     def walk(self, model, base, hidden, anchors, temperature, seeds, first_pos, want_confidence):
         """The sequential stage. base: [R, N, Vd] base logits U, hidden: [R, N, H], anchors: [R]
         target ids, first_pos: [R] position P_0 = p + 1 of draft slot 0 (slot k keyed P_0+k-1)."""
         random = self._check(temperature) and self.mode == "probabilistic"
-        if self.lib is None or (not random and self.topk is None):
+        if not random and self.topk is None:
             # All-greedy rounds skip the backend: it draws (and discards) Gumbel noise for
             # greedy rows to keep shapes static, which costs more than the argmax itself here.
             return greedy_walk(model, base, hidden, anchors, want_confidence)

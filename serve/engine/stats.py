@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 logger = logging.getLogger("serve.engine")
@@ -28,10 +30,24 @@ class SpecDecodeStats:
         if not self.num_accepted_tokens_per_pos:
             self.num_accepted_tokens_per_pos = [0] * self.num_speculative_tokens
 
+    def add(self, drafts: int, draft_tokens: int, accepted: int, per_pos: Sequence[int]) -> None:
+        """Count one round: `drafts` requests offered `draft_tokens` in all, `accepted` of them
+        accepted, `per_pos[k]` requests accepted position k."""
+        self.num_drafts += drafts
+        self.num_draft_tokens += draft_tokens
+        self.num_accepted_tokens += accepted
+        for k, c in enumerate(per_pos):
+            self.num_accepted_tokens_per_pos[k] += int(c)
+
     @property
     def mean_acceptance_length(self) -> float:
         """1 + accepted / drafts (tokens emitted per draft round, bonus included)."""
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """accepted / draft tokens (0.0 when nothing was drafted)."""
+        return self.num_accepted_tokens / max(self.num_draft_tokens, 1)
 
     def per_position_rate(self) -> list[float]:
         d = self.num_drafts or 1
@@ -100,6 +116,12 @@ class EngineStats:
     time_context: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    @contextmanager
+    def updating(self) -> Iterator[EngineStats]:
+        """Hold the counters while the engine changes them; readers take `snapshot()`."""
+        with self._lock:
+            yield self
+
     def snapshot(self) -> EngineStats:
         with self._lock:
             d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k[0] != "_"}
@@ -131,7 +153,7 @@ class StatLogger:
             f"Drafted throughput: {drafted / dt:.2f} tokens/s, "
             f"Accepted: {acc} tokens, Drafted: {drafted} tokens, "
             f"Per-position acceptance rate: {', '.join(f'{r:.3f}' for r in per_pos)}, "
-            f"Avg Draft acceptance rate: {100 * acc / max(drafted, 1):.1f}%"
+            f"Avg Draft acceptance rate: {100 * d.draft_acceptance_rate:.1f}%"
         )
         logger.info(line)
         self._last_t, self._last = now, stats.spec.copy()

@@ -1,8 +1,8 @@
 """Tiny targets and DSpark drafts written with OUR code (common/), for vLLM to read.
 
 No downloads: the target is a random Qwen3 with a word-level tokenizer built here; drafts are
-`DSparkDraftModel`s whose every parameter (norm weights included) is randomised, so a swapped or
-dropped tensor cannot hide behind an init value, written by `common.checkpoint.save_checkpoint`.
+`DSparkDraftModel`s sized from it, every parameter randomised by `tests.tiny.randomise_` (the
+helpers the CPU suite's tiny drafts use), written by `common.checkpoint.save_checkpoint`.
 Sizes respect vLLM's CPU attention (head_dim 32 is in CPU_ATTN's supported head sizes).
 """
 
@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from common.checkpoint import WEIGHTS_NAME, save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
-from common.vocab import build_vocab_map
+from tests.tiny import random_vocab_map, randomise_, tiny_target_config
 
 VOCAB = 320
 MASK_ID = 3  # "<mask>": a reserved id, as the DSpark recipe asks
@@ -27,19 +27,15 @@ TRAINED_WORDS = 32  # words the trained target sees (a 32-entry map learns in se
 
 
 def target_hf_config(num_layers: int = 6):
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
+    """head_dim 32: one of vLLM's CPU attention head sizes."""
+    return tiny_target_config(
+        VOCAB,
+        64,
+        num_layers,
+        2,
+        1,
         max_position_embeddings=512,
         rope_theta=10000.0,
-        tie_word_embeddings=False,
         eos_token_id=2,
         bos_token_id=1,
         pad_token_id=0,
@@ -81,17 +77,6 @@ def write_random_target(out: Path, num_layers: int = 6, seed: int = 0) -> Path:
     return out
 
 
-@torch.no_grad()
-def randomise_(model: DSparkDraftModel, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    for name, p in model.named_parameters():
-        noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
-        if name.endswith("norm.weight"):
-            p.copy_(1.0 + 0.2 * noise)  # distinct per norm: a swapped norm changes outputs
-        else:
-            p.copy_(noise / max(p.shape[-1], 1) ** 0.5)
-
-
 def make_draft(
     target_dir: Path,
     out_dir: Path,
@@ -126,9 +111,7 @@ def make_draft(
     randomise_(model, seed)
     d2t = t2d = None
     if cfg.reduced_vocab:
-        gen = torch.Generator().manual_seed(seed)
-        counts = torch.randint(0, 1000, (cfg.vocab_size,), generator=gen)
-        vm = build_vocab_map(counts, cfg.draft_vocab)
+        vm = random_vocab_map(cfg, torch.Generator().manual_seed(seed), max_count=1000)
         d2t, t2d = vm.d2t, vm.t2d
         model.d2t.copy_(d2t)
         model.t2d.copy_(t2d)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from scripts.tiny_target.train import autocast
+from train.tiny_target.train import autocast
 
 
 def encode_rows(

@@ -23,7 +23,7 @@ import random
 import re
 from pathlib import Path
 
-from scripts.tiny_target.corpus import Doc
+from train.tiny_target.corpus import Doc
 
 CODE_CTX_CHARS, CODE_ANS_CHARS = 600, 400
 PROSE_CTX_CHARS, PROSE_ANS_CHARS = 500, 300

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from scripts.tiny_target.presets import Preset
+from train.tiny_target.presets import Preset
 
 
 def pack(docs: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:

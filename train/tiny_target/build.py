@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, Qwen3ForCausalLM
 
-from scripts.tiny_target import artifact
-from scripts.tiny_target.chat_data import build_rows, write_jsonl
-from scripts.tiny_target.corpus import Corpus, build_corpus
-from scripts.tiny_target.evaluation import encode_rows, evaluate, greedy_sample, spread
-from scripts.tiny_target.presets import Preset, get_preset
-from scripts.tiny_target.tokenizer import ENDOFTEXT, IM_END, train_bpe, wrap_tokenizer
-from scripts.tiny_target.train import BlockStream, pack, train
+from train.tiny_target import artifact
+from train.tiny_target.chat_data import build_rows, write_jsonl
+from train.tiny_target.corpus import Corpus, build_corpus
+from train.tiny_target.evaluation import encode_rows, evaluate, greedy_sample, spread
+from train.tiny_target.presets import Preset, get_preset
+from train.tiny_target.tokenizer import ENDOFTEXT, IM_END, train_bpe, wrap_tokenizer
+from train.tiny_target.train import BlockStream, pack, train
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "artifacts" / "tiny-target"

@@ -1,0 +1,154 @@
+"""The serve config: `ServeCfg` (schema of configs/serve/serve.yaml), overrides, path checks.
+
+Design choices:
+- configs/serve/ is the serve config's own root, apart from the trainer's Hydra groups in
+  configs/ (one of which is named `target`, which would clash with the `target=DIR` key).
+- Hydra's override grammar (`key=value`, `key=null`, `key=[a,b]`) applied by us, not
+  `@hydra.main`: no outputs/ folder or chdir per launch, and the error messages and exit codes
+  are ours (`LaunchRefused` names the key; the launcher exits 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.spec_config import DRAFT_SAMPLE_METHODS
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "serve"
+TRAIN_COMMAND = "python -m train.distill +experiment=tiny"
+ENGINES = ("auto", "vllm", "embedded")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+class LaunchRefused(ValueError):
+    """A launch that must not happen; the message says what to change."""
+
+
+@dataclass
+class ServeCfg:
+    """Schema of configs/serve/serve.yaml (comments there)."""
+
+    target: str = "artifacts/tiny-target"
+    checkpoint: str | None = "outputs/tiny/final"
+    engine: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_sampling: str = "probabilistic"
+    adaptive_verification: bool = False
+    tensor_parallel_size: int = 1
+    draft_tensor_parallel_size: int | None = None
+    batch_sharded_sampling: Any = "auto"
+    max_num_seqs: int | None = None
+    max_model_len: int | None = None
+    max_logprobs: int | None = None
+    enforce_eager: bool = False
+    attention_backend: str | None = None
+    dtype: str | None = None
+    seed: int | None = None
+    extra_vllm_args: list[str] = field(default_factory=list)
+    device: str = "auto"
+    sps_table: str | None = None
+    dry_run: bool = False
+
+    def __post_init__(self):
+        def need(ok: bool, msg: str):
+            if not ok:
+                raise LaunchRefused(msg)
+
+        need(self.engine in ENGINES, f"engine={self.engine!r}: choose one of {list(ENGINES)}.")
+        need(
+            self.draft_sampling in DRAFT_SAMPLE_METHODS,
+            f"draft_sampling={self.draft_sampling!r}: choose greedy or probabilistic.",
+        )
+        need(
+            self.batch_sharded_sampling in ("auto", True, False),
+            f"batch_sharded_sampling={self.batch_sharded_sampling!r}: choose auto, true or false.",
+        )
+        need(bool(self.target), "target is empty: give the target model folder or hub id.")
+        need(0 < self.port < 65536, f"port={self.port}: must be in 1..65535.")
+        need(self.tensor_parallel_size >= 1, "tensor_parallel_size must be >= 1.")
+        for key in ("num_speculative_tokens", "draft_tensor_parallel_size", "max_num_seqs"):
+            value = getattr(self, key)
+            need(value is None or value >= 1, f"{key}={value}: must be >= 1 or null.")
+        need(
+            self.max_model_len is None or self.max_model_len >= 2,
+            f"max_model_len={self.max_model_len}: must be >= 2 or null.",
+        )
+        need(
+            self.max_logprobs is None or self.max_logprobs >= -1,
+            f"max_logprobs={self.max_logprobs}: must be >= -1 or null.",
+        )
+
+
+def compose_serve_config(overrides: list[str]) -> ServeCfg:
+    """configs/serve/serve.yaml + overrides -> a validated ServeCfg; `LaunchRefused` names the
+    key."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    keys = [f.name for f in dataclasses.fields(ServeCfg)]
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise LaunchRefused("bad override: " + _one_line(e)) from None
+    raw = OmegaConf.load(CONFIG_DIR / "serve.yaml")
+    for o in parsed:
+        key = o.key_or_group
+        if key not in keys:
+            raise LaunchRefused(f"unknown key {key!r} in {o.input_line!r}; keys: {', '.join(keys)}")
+        if o.is_delete() or o.is_add() or o.is_sweep_override():
+            raise LaunchRefused(f"{o.input_line!r}: the serve config takes plain {key}=VALUE")
+        raw[key] = o.value()
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(ServeCfg), raw)
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:
+        if isinstance(e.__cause__, LaunchRefused):
+            raise e.__cause__ from None
+        raise LaunchRefused("bad config: " + _one_line(e)) from None
+
+
+def _one_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return "; ".join(lines)[:600]
+
+
+def check_paths(cfg: ServeCfg) -> list[str]:
+    """Refuse a missing target/checkpoint (naming the command that makes the defaults); returns
+    notes (a target that is not local is passed on as a hub id)."""
+    defaults = ServeCfg()
+    missing_defaults = []
+    notes = []
+    for key in ("target", "checkpoint"):
+        value = getattr(cfg, key)
+        if value is None or Path(value).exists():
+            continue
+        if value == getattr(defaults, key):
+            missing_defaults.append(f"{key}={value}")
+        elif key == "target" and HUB_ID.fullmatch(value):
+            notes.append(f"target {value} is not a local folder: passed on as a Hugging Face id")
+        else:
+            raise LaunchRefused(f"{key}={value}: no such folder.")
+    if missing_defaults:
+        raise LaunchRefused(
+            f"{' and '.join(missing_defaults)} not found: the default target and draft are made "
+            f"by `{TRAIN_COMMAND}` (the README's main job). Run it first, or pass "
+            "target=... checkpoint=... ."
+        )
+    if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_dir():
+        raise LaunchRefused(f"checkpoint={cfg.checkpoint}: not a folder.")
+    return notes
+
+
+def changed_keys(cfg: ServeCfg, keys) -> list[str]:
+    """Those of `keys` whose value differs from the schema default."""
+    defaults = ServeCfg()
+    return [k for k in keys if getattr(cfg, k) != getattr(defaults, k)]
