@@ -86,24 +86,33 @@ def load_synthetic(args):
     return engine(None), engine(draft)
 
 
-def prompts(engine: Engine, batch: int, length: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
+def prompts(engine: Engine, batch: int, args, rep: int) -> list[list[int]]:
+    """Batch `rep` of real held-out prompts (--prompts, cycled), else random token prompts."""
+    if args.real_prompts:
+        pool = args.real_prompts
+        return [pool[(rep * batch + i) % len(pool)] for i in range(batch)]
+    g = torch.Generator().manual_seed(rep)
     vocab = engine.target.lm_head.weight.shape[0]
-    return [torch.randint(3, vocab, (length,), generator=g).tolist() for _ in range(batch)]
+    return [torch.randint(3, vocab, (args.prompt_len,), generator=g).tolist() for _ in range(batch)]
 
 
 def run(engine: Engine, batch: int, args) -> dict:
+    # Random prompts run to max_tokens; real ones stop where the target stops (the same tokens in
+    # both modes at T=0, so both decode the same text).
     params = [
         SamplingParams(
-            max_tokens=args.max_tokens, temperature=args.temperature, seed=i, ignore_eos=True
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            seed=i,
+            ignore_eos=not args.real_prompts,
         )
         for i in range(batch)
     ]
-    engine.generate(prompts(engine, batch, args.prompt_len, 99), params)  # warm-up
+    engine.generate(prompts(engine, batch, args, 99), params)  # warm-up
     s0 = engine.stats.snapshot()
     t0 = time.perf_counter()
     for rep in range(args.repeats):
-        engine.generate(prompts(engine, batch, args.prompt_len, rep), params)
+        engine.generate(prompts(engine, batch, args, rep), params)
     wall = time.perf_counter() - t0
     s1 = engine.stats.snapshot()
     drafts = s1.spec.num_drafts - s0.spec.num_drafts
@@ -145,7 +154,10 @@ def main(argv=None) -> int:
     ap.add_argument("--synthetic", choices=["random", "tuned"], default="random")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--prompt-len", type=int, default=32, help="random prompts' length")
+    ap.add_argument("--prompts", help="held-out chat rows (.jsonl[.gz]) to use as prompts")
+    ap.add_argument("--max-prompt-tokens", type=int, default=512)
+    ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--draft-sampling", default="probabilistic")
@@ -172,6 +184,15 @@ def main(argv=None) -> int:
             + ")"
         )
         base, spec = load_synthetic(args)
+    args.real_prompts = None
+    if args.prompts:
+        from scripts.eval_acceptance import heldout_prompts
+
+        found = heldout_prompts(
+            args.target, spec.tokenizer, 10**6, {"p": args.prompts}, args.max_prompt_tokens
+        )
+        args.real_prompts = found.get("p") or []
+        source += f"; {len(args.real_prompts)} prompts from {args.prompts}"
     print(f"# {source}")
     print(
         f"# device {args.device if real else 'cpu'}, threads {args.threads}, "
@@ -185,9 +206,13 @@ def main(argv=None) -> int:
     )
     print(head)
     print("-" * len(head))
+    rows = []
     for b in args.batch:
         r0 = run(base, b, args)
         r1 = run(spec, b, args)
+        rows.append(
+            {"batch": b, "target_only": r0, "dspark": r1, "speedup": r1["tok_s"] / r0["tok_s"]}
+        )
         print(f"{'target-only':<12}{b:>6}{r0['tok_s']:>10.1f}{1.0:>9.2f}{'-':>12}"
               f"{'-':>13}{'-':>11}{'-':>10}{r0['verify_ms']:>11.2f}")  # fmt: skip
         share = 100 * r1["markov_ms"] / max(r1["backbone_ms"] + r1["markov_ms"], 1e-9)
@@ -203,6 +228,11 @@ def main(argv=None) -> int:
                 f"# verify forward at batch {b}: batched {batched:.2f} ms vs per-request "
                 f"{single:.2f} ms ({single / batched:.2f}x)"
             )
+    if args.json:
+        import json
+
+        meta = {k: v for k, v in vars(args).items() if k != "real_prompts"}
+        Path(args.json).write_text(json.dumps({"args": meta, "source": source, "rows": rows}))
     return 0
 
 

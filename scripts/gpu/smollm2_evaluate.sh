@@ -5,5 +5,5 @@ set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 D=artifacts/smollm2-data
 python3 scripts/eval_acceptance.py --target artifacts/smollm2-135m-instruct --device cuda \
   --draft dspark=outputs/smollm2_dspark/final --draft dflash=outputs/smollm2_dflash/final \
-  --prompts sharegpt=$D/sharegpt_heldout.jsonl humaneval=$D/humaneval_test.jsonl \
+  --prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl \
   --num-prompts 128 --max-tokens 256 --batch 32 --json "$OUT/smollm2_dspark_vs_dflash.json"

@@ -4,4 +4,4 @@
 set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data
 TARGET=artifacts/smollm2-135m-instruct DRAFT=outputs/smollm2_dspark/final \
   bash scripts/gpu/vllm_gate.sh --num-prompts 128 --max-tokens 192 \
-  --prompts sharegpt=$D/sharegpt_heldout.jsonl humaneval=$D/humaneval_test.jsonl
+  --prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # SmolLM2, stage 2 (~3 min): the target answers the train and held-out ShareGPT prompts itself with
 # vLLM (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
-set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh; wait_for_vllm
+set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
+BACKEND="${REGEN_BACKEND:-vllm}"; [ "$BACKEND" = vllm ] && wait_for_vllm
 D=artifacts/smollm2-data
-python3 - <<'PY'
-import json
-with open("artifacts/smollm2-data/prompts.jsonl", "w") as out:
+python3 - <<'PY'  # one input file for both splits; prompts over 1536 tokens dropped (counted),
+import json      # so that prompt + 512 new tokens fits training's seq_len of 2048
+from transformers import AutoTokenizer
+from scripts.eval_acceptance import prompt_messages
+D = "artifacts/smollm2-data"
+tok = AutoTokenizer.from_pretrained("artifacts/smollm2-135m-instruct")
+kept, dropped = {}, {}
+with open(f"{D}/prompts.jsonl", "w") as out:
     for split in ("train", "heldout"):
-        for line in open(f"artifacts/smollm2-data/sharegpt_{split}.jsonl"):
-            out.write(json.dumps({**json.loads(line), "split": split}) + "\n")
+        for line in open(f"{D}/sharegpt-{split}.jsonl"):
+            row = json.loads(line)
+            ids = tok.apply_chat_template(prompt_messages(row), add_generation_prompt=True)
+            n = len(ids["input_ids"] if isinstance(ids, dict) else ids)
+            if n > 1536:
+                dropped[split] = dropped.get(split, 0) + 1
+                continue
+            kept[split] = kept.get(split, 0) + 1
+            out.write(json.dumps({**row, "split": split}) + "\n")
+print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}")
 PY
 python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
-  --out $D/all.regen.jsonl --backend vllm --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
+  --out $D/all.regen.jsonl --backend "$BACKEND" ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 2>&1 | grep -v "it/s\]"
 python3 - <<'PY'
 import json

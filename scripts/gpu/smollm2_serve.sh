@@ -6,7 +6,7 @@
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh; wait_for_vllm || exit 1
 unset VLLM_ENABLE_V1_MULTIPROCESSING  # the API server runs its engine core in a process of its own
 T=artifacts/smollm2-135m-instruct; D=artifacts/smollm2-data; P=$D/bench_prompts.jsonl
-python3 - "$T" "$D/sharegpt_heldout.jsonl" "$P" <<'PY'
+python3 - "$T" "$D/sharegpt-heldout.jsonl" "$P" <<'PY'
 import json, sys
 from transformers import AutoTokenizer
 from scripts.eval_acceptance import prompt_messages
