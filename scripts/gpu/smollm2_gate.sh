@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 6 (~3 min): the vLLM-vs-engine gate (scripts/gpu/vllm_vs_engine.py, criteria in its
+# SmolLM2, stage 7 (~3 min): the vLLM-vs-engine gate (scripts/gpu/vllm_vs_engine.py, criteria in its
 # docstring) on 128 held-out prompts (ShareGPT and HumanEval interleaved), float32.
 set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data
 TARGET=artifacts/smollm2-135m-instruct DRAFT=outputs/smollm2_dspark/final \

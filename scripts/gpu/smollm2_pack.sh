@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 7: the trained DSpark draft (and the regenerated data) as < 16 MB parts under
+# SmolLM2, stage 5: the trained DSpark draft (and the regenerated data) as < 16 MB parts under
 # $OUT/ship, which poll.sh returns a few at a time, so a later session can serve it without retraining.
 # Rebuild here with: cat dspark_final.tgz.* | tar -xz   (sha256 in ship/SHA256SUMS).
 set -euo pipefail; cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 5 (~5 min): real vLLM through `python -m serve.launch engine=vllm`, CUDA graphs on,
+# SmolLM2, stage 6 (~5 min): real vLLM through `python -m serve.launch engine=vllm`, CUDA graphs on,
 # target-only vs the DSpark draft, T=0, `serve.bench` at concurrency 1, 8 and 32 on held-out ShareGPT
 # prompts (<= 768 tokens, chat template applied here; 256 new tokens). serve.bench times the first
 # token (prefill) apart from the rest (TPOT): decode speed-up = TPOT target-only / TPOT DSpark.
