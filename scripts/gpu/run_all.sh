@@ -7,7 +7,8 @@
 # $RES (default /tmp/dspark-res); stages.txt has each stage's times and exit code. A failed stage
 # does not stop the next: each one checks its own inputs.
 set -uo pipefail
-PIPELINE="${1:?usage: run_all.sh PIPELINE (a scripts/gpu/PIPELINE.stages file)}"
+PIPELINE="${1:?usage: run_all.sh PIPELINE [FIRST_STAGE] (a scripts/gpu/PIPELINE.stages file)}"
+FIRST="${2:-}"  # resume a pipeline at this stage (earlier stages' outputs are still on the machine)
 RES="${RES:-/tmp/dspark-res}"; WORK="${WORK:-/tmp/dspark-repo}"
 mkdir -p "$RES" "$WORK"
 # The repo is copied first: later device calls re-sync the checkout under the running stages.
@@ -15,6 +16,8 @@ tar --exclude='./.c?' --exclude='./.gg?' --exclude=./.git -cf - . | tar -xf - -C
 cd "$WORK" && export OUT="$RES" && source scripts/gpu/env.sh
 while read -r name script args; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
+  [ -n "$FIRST" ] && [ "$name" != "$FIRST" ] && continue
+  FIRST=""
   echo "$(date +%T) start $name" >>"$RES/stages.txt"
   # shellcheck disable=SC2086
   bash "scripts/gpu/$script" $args >"$RES/$name.log" 2>&1; rc=$?

@@ -15,8 +15,9 @@ with open(f"{D}/prompts.jsonl", "w") as out:
     for split in ("train", "heldout"):
         for line in open(f"{D}/sharegpt-{split}.jsonl"):
             row = json.loads(line)
-            ids = tok.apply_chat_template(prompt_messages(row), add_generation_prompt=True)
-            n = len(ids["input_ids"] if isinstance(ids, dict) else ids)
+            n = len(tok.apply_chat_template(
+                prompt_messages(row), add_generation_prompt=True, return_dict=True
+            )["input_ids"])
             if n > 1536:
                 dropped[split] = dropped.get(split, 0) + 1
                 continue
