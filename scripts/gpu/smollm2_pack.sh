@@ -5,6 +5,7 @@
 set -euo pipefail; cd "$(dirname "$0")/../.."
 mkdir -p "$OUT/ship" && cd "$OUT/ship"
 tar -czf - -C "$OLDPWD/outputs/smollm2_dspark" final | split -b 15000000 -d - dspark_final.tgz.
-tar -czf - -C "$OLDPWD/artifacts/smollm2-data" train.regen.jsonl heldout.regen.jsonl \
-  all.regen.jsonl.summary.json | split -b 15000000 -d - smollm2_regen.tgz.
-sha256sum dspark_final.tgz.* smollm2_regen.tgz.* >SHA256SUMS; ls -la
+regen="$OLDPWD/artifacts/smollm2-data/train.regen.jsonl"  # absent in the off-policy pipeline
+[ -f "$regen" ] && tar -czf - -C "$OLDPWD/artifacts/smollm2-data" train.regen.jsonl \
+  heldout.regen.jsonl all.regen.jsonl.summary.json | split -b 15000000 -d - smollm2_regen.tgz.
+sha256sum ./*.tgz.* >SHA256SUMS; ls -la
