@@ -149,18 +149,22 @@ def test_sharegpt_renders_like_messages(tok):
     assert Renderer(tok)(share, 0) == Renderer(tok)(row, 0)
 
 
-def test_template_without_generation_markers_is_an_error(tok, tmp_path):
+def test_template_without_generation_markers_masks_the_same_tokens(tok, tmp_path):
+    """No markers: assistant spans come from incremental rendering and equal the marked ones."""
     tok2 = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|im_end|>")
     tok2.chat_template = CHATML_NO_GENERATION
     tok2.name_or_path = "tiny-chatml"
-    with pytest.raises(ChatTemplateError, match="tiny-chatml.*generation.*data.chat_template"):
-        Renderer(tok2)(chat(0), 0)
-    with pytest.raises(ChatTemplateError, match="generation"):
-        Renderer(tok, chat_template=CHATML_NO_GENERATION)(chat(0), 0)
-    # The documented fix: an override template file with generation markers.
+    row = chat(0, turns=2)
+    assert Renderer(tok2)(row, 0) == Renderer(tok)(row, 0)
+    assert Renderer(tok, chat_template=CHATML_NO_GENERATION)(row, 0) == Renderer(tok)(row, 0)
+    # The override still wins over the tokenizer's template.
     path = tmp_path / "chatml.jinja"
     path.write_text(CHATML)
-    assert Renderer(tok2, chat_template=path)(chat(0), 0) == Renderer(tok)(chat(0), 0)
+    assert Renderer(tok2, chat_template=path)(row, 0) == Renderer(tok)(row, 0)
+    tok3 = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|im_end|>")
+    tok3.name_or_path = "no-template"
+    with pytest.raises(ChatTemplateError, match="no-template.*no chat template"):
+        Renderer(tok3)(row, 0)
 
 
 def test_text_rows_are_fully_supervised_and_end_with_eos(tok):
