@@ -31,6 +31,7 @@ from train.data import (
 )
 from train.data.pack import row_features
 from train.data.regenerate import regenerate_responses
+from train.data.report import DataReport
 
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
@@ -198,14 +199,24 @@ def test_malformed_row_names_index_and_problem(tok, row, problem):
 
 def test_bad_row_in_dataset_errors_or_skips(tok, caplog):
     rows = [chat(i) for i in range(6)]
-    rows[4]["messages"][1]["role"] = "bot"
+    rows[4]["messages"][1]["role"] = "bot"  # a turn the default policy drops
+    rows[2]["messages"] = rows[2]["messages"][:2]  # no assistant turn: the row is unusable
     ds = datasets.Dataset.from_list(rows)
-    with pytest.raises(BadRowError, match=r"row 4: .*bot.*on_bad_row=skip"):
-        tokenize_rows(ds, tok)
+    with pytest.raises(BadRowError, match=r"row 2: .*no assistant turn.*on_bad_row=skip"):
+        tokenize_rows(ds, tok, on_bad_row="error")
+    report = DataReport("rows")
     with caplog.at_level(logging.WARNING):
-        out = tokenize_rows(ds, tok, on_bad_row="skip")
-    assert list(out["row_index"]) == [0, 1, 2, 3, 5]
-    assert "skipped 1 of 6 rows" in caplog.text and "row 4" in caplog.text
+        out = tokenize_rows(ds, tok, report=report)
+    assert list(out["row_index"]) == [0, 1, 3, 4, 5]
+    assert "skipped 1 of 6 rows" in caplog.text and "row 2" in caplog.text
+    assert (report.rows, dict(report.dropped), dict(report.turns)) == (
+        6,
+        {"no_assistant": 1},
+        {"unknown_role": 1},
+    )
+    # Row 4 lost its user turn, nothing else: the same tokens as rendering it without that turn.
+    kept = dict(rows[4], messages=[m for m in rows[4]["messages"] if m["role"] != "bot"])
+    assert out[3]["input_ids"] == Renderer(tok)(kept, 4)[0]
 
 
 # ---- packing ------------------------------------------------------------------------------------

@@ -57,8 +57,18 @@ class DataCfg:
     heldout_max_rows: int | None = 256
     seq_len: int = 4096
     packing: str = "pack"  # pack | bucket
-    chat_template: str | None = None  # file overriding the tokenizer's template
-    on_bad_row: str = "error"  # error | skip
+    chat_template: str | None = (
+        None  # file overriding the tokenizer's template (any template works)
+    )
+    chat_template_kwargs: dict[str, Any] = field(
+        default_factory=dict
+    )  # e.g. {enable_thinking: false}
+    on_bad_row: str = (
+        "skip"  # skip: drop bad rows/turns, count per reason | error: stop at the first
+    )
+    max_bad_row_share: float = (
+        0.05  # more dropped rows than this share stops the run before training
+    )
     regenerate: RegenerateCfg = field(default_factory=RegenerateCfg)
 
 
@@ -150,7 +160,7 @@ CHOICES = {
     "target.dtype": ("auto", "float32", "bfloat16", "float16"),
     "draft.markov_head_type": ("vanilla", "gated", "rnn"),
     "data.packing": ("pack", "bucket"),
-    "data.on_bad_row": ("error", "skip"),
+    "data.on_bad_row": ("skip", "error"),
     "data.regenerate.backend": ("auto", "hf", "vllm"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.mixed_precision": ("no", "bf16"),

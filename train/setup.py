@@ -12,6 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from common.config import DSparkConfig
 from common.vocab import VocabMap, build_vocab_map, counts_hash
 from train.data import build_dataset, count_loss_tokens, load_rows
+from train.data.jsonl import drop_bad_lines
+from train.data.report import BadDataShare, DataReport
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -101,23 +103,57 @@ def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfi
 
 
 def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
+    """Rows of `path` -> packed training rows. Bad rows are dropped and counted per reason
+    (`data.on_bad_row=skip`) or stop the run (`error`); the counts are printed at the end of the
+    data pass, and a dropped share above `data.max_bad_row_share` stops the run here."""
     if Path(path).is_file() and Path(path).stat().st_size == 0:
         raise SetupError(f"dataset {path!r} is empty")
-    try:
-        rows = load_rows(path, split=dcfg.split, max_rows=max_rows)
-    except (FileNotFoundError, StopIteration) as e:
-        raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
+    share = float(dcfg.get("max_bad_row_share", 0.05))
+    if not 0.0 <= share <= 1.0:
+        raise SetupError(f"data.max_bad_row_share={share} must lie in [0, 1]")
+    report = DataReport(str(path))
+    rows = _load_split(dcfg, path, max_rows, report)
     if len(rows) == 0:
         raise SetupError(f"dataset {path!r} has no rows")
-    return build_dataset(
-        rows,
-        tokenizer,
-        dcfg.seq_len,
-        packing=dcfg.packing,
-        seed=seed,
-        chat_template=dcfg.chat_template,
-        on_bad_row=dcfg.on_bad_row,
-    )
+    try:
+        ds = build_dataset(
+            rows,
+            tokenizer,
+            dcfg.seq_len,
+            packing=dcfg.packing,
+            seed=seed,
+            chat_template=dcfg.chat_template,
+            template_kwargs=dict(dcfg.get("chat_template_kwargs") or {}),
+            on_bad_row=dcfg.on_bad_row,
+            report=report,
+        )
+        for line in report.lines():
+            print(f"[data] {line}")
+        report.check(share)
+    except BadDataShare as e:
+        raise SetupError(str(e)) from None
+    return ds
+
+
+def _load_split(dcfg, path: str, max_rows, report: DataReport):
+    from datasets.exceptions import DatasetGenerationError
+    from pyarrow import ArrowInvalid
+
+    try:
+        return load_rows(path, split=dcfg.split, max_rows=max_rows)
+    except (FileNotFoundError, StopIteration) as e:
+        raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
+    except (DatasetGenerationError, ArrowInvalid, UnicodeDecodeError) as e:
+        failure = e
+    # One line that is not UTF-8 or not JSON fails datasets' whole file: drop and count such lines.
+    clean = None
+    if Path(path).is_file() and Path(path).suffix == ".jsonl":
+        strict = dcfg.on_bad_row == "error"
+        clean = drop_bad_lines(path, report, strict=strict, max_rows=max_rows)
+    if clean is None:
+        cause = failure.__cause__ or failure
+        raise SetupError(f"cannot read dataset {path!r}: {type(cause).__name__}: {cause}")
+    return load_rows(clean, split=dcfg.split, max_rows=max_rows)
 
 
 REGENERATED_NAME = "regenerated.jsonl"
