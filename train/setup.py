@@ -136,24 +136,25 @@ def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
 
 
 def _load_split(dcfg, path: str, max_rows, report: DataReport):
-    from datasets.exceptions import DatasetGenerationError
-    from pyarrow import ArrowInvalid
-
+    jsonl = Path(path).is_file() and Path(path).suffix == ".jsonl"
     try:
         return load_rows(path, split=dcfg.split, max_rows=max_rows)
     except (FileNotFoundError, StopIteration) as e:
         raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
-    except (DatasetGenerationError, ArrowInvalid, UnicodeDecodeError) as e:
+    except Exception as e:  # datasets raises several kinds for one bad line
+        if not jsonl:
+            raise
         failure = e
     # One line that is not UTF-8 or not JSON fails datasets' whole file: drop and count such lines.
-    clean = None
-    if Path(path).is_file() and Path(path).suffix == ".jsonl":
-        strict = dcfg.on_bad_row == "error"
-        clean = drop_bad_lines(path, report, strict=strict, max_rows=max_rows)
-    if clean is None:
-        cause = failure.__cause__ or failure
-        raise SetupError(f"cannot read dataset {path!r}: {type(cause).__name__}: {cause}")
-    return load_rows(clean, split=dcfg.split, max_rows=max_rows)
+    clean = drop_bad_lines(path, report, strict=dcfg.on_bad_row == "error", max_rows=max_rows)
+    try:
+        if clean is None:
+            raise failure
+        report.source = f"{path} (row numbers below count the lines that parsed)"
+        return load_rows(clean, split=dcfg.split, max_rows=max_rows)
+    except Exception as e:  # not a bad line: e.g. a field whose type differs between rows
+        cause = e.__cause__ or e
+        raise SetupError(f"cannot read dataset {path!r}: {type(cause).__name__}: {cause}") from e
 
 
 REGENERATED_NAME = "regenerated.jsonl"
