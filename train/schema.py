@@ -34,7 +34,7 @@ class DraftCfg:
     sample_from_anchor: bool = True  # DSpark anchor-first (True) or DFlash 1+N (False)
     dspark_draft_topk: int | None = None
     target_layer_ids: list[int] | None = None  # null: 5 ids spread over 1..N-3
-    mask_token: str | None = "<|mask|>"  # token whose id feeds mask slots
+    mask_token: str | None = "auto"  # token for the mask slots; auto: chosen (train/mask_token.py)
     mask_token_id: int | None = None  # explicit id (wins over mask_token)
 
 

@@ -14,6 +14,7 @@ from common.vocab import VocabMap, build_vocab_map, counts_hash
 from train.data import build_dataset, count_loss_tokens, load_rows
 from train.data.jsonl import drop_bad_lines
 from train.data.report import BadDataShare, DataReport
+from train.mask_token import MaskTokenError, choose_mask_token
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -63,17 +64,16 @@ def load_target(tcfg, device: torch.device):
     return model, tok
 
 
-def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfig:
-    mask_id = dcfg.mask_token_id
-    if mask_id is None:
-        if not dcfg.mask_token:
-            raise SetupError("set draft.mask_token_id (or draft.mask_token) for the mask slots")
-        mask_id = tokenizer.convert_tokens_to_ids(dcfg.mask_token)
-        if mask_id is None or mask_id == tokenizer.unk_token_id:
-            raise SetupError(
-                f"draft.mask_token={dcfg.mask_token!r} is not a single token of the target "
-                "tokenizer: set draft.mask_token_id to a reserved token id"
-            )
+def draft_config(dcfg, target_model, tokenizer, target_path: str, mask=None) -> DSparkConfig:
+    """The draft's DSparkConfig. `mask`: the `MaskToken` from `choose_mask_token` (which checks
+    the training data); without it one is chosen from the tokenizer alone."""
+    if mask is None:
+        vocab = target_model.config.get_text_config().vocab_size
+        try:
+            mask = choose_mask_token(dcfg, tokenizer, vocab)
+        except MaskTokenError as e:
+            raise SetupError(str(e)) from None
+    mask_id = mask.id
     choices = {
         k: dcfg[k]
         for k in (
@@ -100,6 +100,17 @@ def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfi
     hf = target_model.config.get_text_config().to_dict()
     hf["_name_or_path"] = target_path
     return DSparkConfig.from_target(hf, mask_token_id=int(mask_id), **choices)
+
+
+def mask_token_for(dcfg, target_model, tokenizer, train_ds):
+    """Choose (or check) the mask token against the training rows, print the choice and why."""
+    vocab = target_model.config.get_text_config().vocab_size
+    try:
+        mask = choose_mask_token(dcfg, tokenizer, vocab, train_ds)
+    except MaskTokenError as e:
+        raise SetupError(str(e)) from None
+    print(f"[distill] mask token: {mask.describe()}")
+    return mask
 
 
 def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
