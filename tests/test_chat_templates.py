@@ -347,3 +347,19 @@ def test_roles_the_template_cannot_render_are_a_bad_row():
     with pytest.raises(BadRowError, match="row 5: chat template rejected the row.*alternate") as e:
         renderer.render({"messages": msgs}, 5)
     assert e.value.reason == "template_rejected"
+
+
+def test_show_mask_marks_a_template_without_markers(tmp_path, capsys):
+    import json
+
+    from train.show_mask import main
+
+    tok, _ = family("qwen3")
+    tok.save_pretrained(tmp_path / "tok")
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"messages": conversation(2)}) + "\n")
+    args = ["--tokenizer", str(tmp_path / "tok"), "--data", str(data), "--color", "never"]
+    assert main([*args, "--chat-template-kwargs", '{"enable_thinking": false}']) == 0
+    out = capsys.readouterr().out
+    assert "row 0 [final_turn_only]" in out and "[[Rome.<|im_end|>]]" in out
+    assert "[[Paris." not in out

@@ -10,8 +10,10 @@ reason into a `DataReport`; `"error"` raises `BadRowError` at the first problem.
 (the template cannot mark assistant tokens) is never skipped: it is a config error.
 """
 
+import hashlib
 import logging
 from collections import Counter
+from pathlib import Path
 
 import datasets
 from datasets import Features, List, Value
@@ -21,6 +23,12 @@ from train.data.report import BadDataShare, DataReport
 from train.data.rows import BadRowError
 
 log = logging.getLogger(__name__)
+
+# datasets' cache key holds the map function and its arguments, but the Renderer is pickled by
+# reference: hashing the rendering code's source keeps a cached tokenization from outliving it.
+RENDER_CODE = hashlib.sha256(
+    b"".join((Path(__file__).parent / f).read_bytes() for f in ("render.py", "spans.py", "rows.py"))
+).hexdigest()
 
 ON_BAD_ROW = ("skip", "error")
 
@@ -36,7 +44,9 @@ SAMPLE_FEATURES = Features(
 )
 
 
-def _render_batch(batch: dict, indices: list[int], renderer: Renderer, skip: bool) -> dict:
+def _render_batch(
+    batch: dict, indices: list[int], renderer: Renderer, skip: bool, code: str = ""
+) -> dict:
     keys = list(batch)
     out = {k: [] for k in SAMPLE_FEATURES}
     for j, index in enumerate(indices):
@@ -84,7 +94,7 @@ def tokenize_rows(
         batched=True,
         batch_size=batch_size,
         with_indices=True,
-        fn_kwargs={"renderer": renderer, "skip": skip},
+        fn_kwargs={"renderer": renderer, "skip": skip, "code": RENDER_CODE},
         remove_columns=rows.column_names,
         features=SAMPLE_FEATURES,
         num_proc=num_proc,
