@@ -174,11 +174,11 @@ class Renderer:
             )
         special = set(tok.all_special_ids)
 
-        def render(messages, prompt):
-            return self._apply(messages, tokenize=False, add_generation_prompt=prompt)
+        def render(conversations, prompt):
+            return self._apply(conversations, tokenize=False, add_generation_prompt=prompt)
 
-        def encode(text):  # exactly how apply_chat_template(tokenize=True) tokenizes
-            return list(tok(text, add_special_tokens=False)["input_ids"])
+        def encode(texts):  # exactly how apply_chat_template(tokenize=True) tokenizes
+            return [list(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
 
         def decode(ids):
             return tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

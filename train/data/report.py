@@ -51,9 +51,9 @@ class DataReport:
         return self.bad_rows / self.rows if self.rows else 0.0
 
     def lines(self) -> list[str]:
-        """Human summary, one line per reason (empty when nothing was dropped or changed)."""
+        """Human summary: a headline, then one line per reason."""
         if not (self.dropped or self.turns or self.changed):
-            return []
+            return [f"{self.source}: {self.rows} rows read, all used as they are"]
         out = [
             f"{self.source}: {self.rows} rows read, {self.rows - self.bad_rows} used, "
             f"{self.bad_rows} dropped ({self.bad_share:.1%})"

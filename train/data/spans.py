@@ -81,29 +81,39 @@ def visible_text(content: str) -> str:
 
 
 class IncrementalRenderer:
-    """Find assistant spans of one row. `render(messages, add_generation_prompt) -> str`,
-    `encode(text) -> ids`, `decode(ids) -> str`, `is_blank(id) -> bool` (whitespace-only token)."""
+    """Find assistant spans of one row. `render(conversations, add_generation_prompt) -> [str]`
+    renders several prefixes in one call, `encode([str]) -> [ids]` tokenizes a batch,
+    `decode(ids) -> str`, `is_blank(id) -> bool` (a whitespace-only token)."""
 
     def __init__(
         self,
-        render: Callable[[list[dict], bool], str],
-        encode: Callable[[str], list[int]],
+        render: Callable[[list[list[dict]], bool], list[str]],
+        encode: Callable[[list[str]], list[list[int]]],
         decode: Callable[[list[int]], str],
         is_blank: Callable[[int], bool],
     ):
         self.render, self.encode, self.decode, self.is_blank = render, encode, decode, is_blank
 
+    def _renders(self, messages: list[dict], turns: list[int]) -> dict[tuple[int, bool], list[int]]:
+        """Ids of every prefix render the turns need, keyed (k, add_generation_prompt); k=0 is
+        empty (nothing precedes the first message). Two render calls, one tokenizer call."""
+        ks = sorted({len(messages), *turns, *(i + 1 for i in turns)} - {0})
+        keys = [(k, prompt) for prompt in (False, True) for k in ks]
+        texts = []
+        for prompt in (False, True):
+            texts += self.render([messages[:k] for k in ks], prompt)
+        out = dict(zip(keys, self.encode(texts)))
+        return {**out, (0, False): [], (0, True): []}
+
     def spans(self, messages: list[dict]) -> Spans:
-        cache: dict[tuple[int, bool], list[int]] = {}
-
-        def ids(k: int, prompt: bool) -> list[int]:
-            if (k, prompt) not in cache:
-                cache[k, prompt] = self.encode(self.render(messages[:k], prompt)) if k else []
-            return cache[k, prompt]
-
         turns = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0]
         if not turns:
             raise NoPromptedTurn("no assistant turn follows a prompt")
+        renders = self._renders(messages, turns)
+
+        def ids(k: int, prompt: bool) -> list[int]:
+            return renders[k, prompt]
+
         pieces = {i: self._turn(i, ids) for i in turns}
         full = ids(len(messages), False)
         if all(p is not None and full[: p[1]] == p[2][: p[1]] for p in pieces.values()):
