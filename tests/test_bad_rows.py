@@ -109,8 +109,21 @@ def test_final_turn_only_rows_are_counted(tok, tmp_path, capsys):
     qwen3 = str(__import__("pathlib").Path(__file__).parent / "data/chat_templates/qwen3.jinja")
     two = chat(("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d"))
     path = write(tmp_path / "rows.jsonl", [GOOD, two, two])
-    build_split(Cfg(cfg(chat_template=qwen3)), str(path), tok, seed=0)
+    think = build_split(Cfg(cfg(chat_template=qwen3)), str(path), tok, seed=0)
     assert f"2 rows {REASONS['final_turn_only']}" in capsys.readouterr().out
+    # data.chat_template_kwargs reach the template: without thinking, the empty think block is
+    # part of the generation prompt, so it is no longer supervised.
+    kwargs = {"enable_thinking": False}
+    plain = build_split(
+        Cfg(cfg(chat_template=qwen3, chat_template_kwargs=kwargs)), str(path), tok, 0
+    )
+
+    def supervised(ds):
+        return "".join(
+            tok.decode([t for t, m in zip(r["input_ids"], r["loss_mask"]) if m]) for r in ds
+        )
+
+    assert "<think>" in supervised(think) and "<think>" not in supervised(plain)
 
 
 def test_share_above_the_limit_stops_before_packing_is_used(tok, tmp_path):

@@ -337,6 +337,16 @@ def test_a_template_that_drops_assistant_content_is_refused(assistant):
         Renderer(tok, chat_template=template).render({"messages": conversation(2)}, 0)
 
 
+def test_a_template_that_only_renders_whole_conversations_is_refused():
+    tok, _ = family("smollm2")
+    template = (
+        "{% if messages[-1]['role'] != 'assistant' %}{{ raise_exception('end with an answer') }}"
+        "{% endif %}" + (TEMPLATES / "smollm2_instruct.jinja").read_text()
+    )
+    with pytest.raises(ChatTemplateError, match="renders the row but not its first turns"):
+        Renderer(tok, chat_template=template).render({"messages": conversation(2)}, 0)
+
+
 def test_roles_the_template_cannot_render_are_a_bad_row():
     _, renderer = family("gemma3")
     msgs = [

@@ -57,18 +57,11 @@ class DataCfg:
     heldout_max_rows: int | None = 256
     seq_len: int = 4096
     packing: str = "pack"  # pack | bucket
-    chat_template: str | None = (
-        None  # file overriding the tokenizer's template (any template works)
-    )
-    chat_template_kwargs: dict[str, Any] = field(
-        default_factory=dict
-    )  # e.g. {enable_thinking: false}
-    on_bad_row: str = (
-        "skip"  # skip: drop bad rows/turns, count per reason | error: stop at the first
-    )
-    max_bad_row_share: float = (
-        0.05  # more dropped rows than this share stops the run before training
-    )
+    chat_template: str | None = None  # .jinja overriding the tokenizer's (any template works)
+    # options for the template: +data.chat_template_kwargs.enable_thinking=false
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    on_bad_row: str = "skip"  # skip: drop bad rows/turns, counted per reason | error: stop
+    max_bad_row_share: float = 0.05  # a larger dropped share stops the run before training
     regenerate: RegenerateCfg = field(default_factory=RegenerateCfg)
 
 

@@ -25,6 +25,7 @@ from train.data.spans import (
     DroppedContent,
     IncrementalRenderer,
     NoPromptedTurn,
+    PrefixRejected,
     UnstableTemplate,
 )
 
@@ -134,6 +135,12 @@ class Renderer:
             raise ChatTemplateError(
                 f"row {index}: {self.template_name} is not prefix-stable: {e}. The assistant "
                 f"tokens cannot be located. {HOW_TO_FIX}"
+            ) from None
+        except PrefixRejected as e:
+            raise ChatTemplateError(
+                f"row {index}: {self.template_name} renders the row but not its first turns ({e}),"
+                " so its assistant turns cannot be found by rendering turn by turn. "
+                f"{HOW_TO_FIX}"
             ) from None
         except NoPromptedTurn as e:
             raise BadRowError(index, str(e), "no_assistant") from None

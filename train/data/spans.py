@@ -52,6 +52,10 @@ class DroppedContent(ValueError):
     """A supervised span does not contain the assistant message's text (see module doc)."""
 
 
+class PrefixRejected(ValueError):
+    """The template renders the whole row but raises on one of its prefixes."""
+
+
 class NoPromptedTurn(ValueError):
     """The row has no assistant message after index 0: nothing to supervise."""
 
@@ -96,13 +100,19 @@ class IncrementalRenderer:
 
     def _renders(self, messages: list[dict], turns: list[int]) -> dict[tuple[int, bool], list[int]]:
         """Ids of every prefix render the turns need, keyed (k, add_generation_prompt); k=0 is
-        empty (nothing precedes the first message). Two render calls, one tokenizer call."""
-        ks = sorted({len(messages), *turns, *(i + 1 for i in turns)} - {0})
-        keys = [(k, prompt) for prompt in (False, True) for k in ks]
-        texts = []
-        for prompt in (False, True):
-            texts += self.render([messages[:k] for k in ks], prompt)
-        out = dict(zip(keys, self.encode(texts)))
+        empty (nothing precedes the first message). Three render calls, one tokenizer call."""
+        n = len(messages)
+        full = self.render([messages], False)  # a template error here is the row's problem
+        ks = sorted({n, *turns, *(i + 1 for i in turns)} - {0})
+        keys = [(k, prompt) for prompt in (False, True) for k in ks if (k, prompt) != (n, False)]
+        try:
+            texts = []
+            for prompt in (False, True):
+                prefixes = [messages[:k] for k, p in keys if p == prompt]
+                texts += self.render(prefixes, prompt) if prefixes else []
+        except Exception as e:  # the template's own error, e.g. raise_exception(...)
+            raise PrefixRejected(str(e)) from e
+        out = dict(zip([(n, False), *keys], self.encode(full + texts)))
         return {**out, (0, False): [], (0, True): []}
 
     def spans(self, messages: list[dict]) -> Spans:
