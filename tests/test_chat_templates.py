@@ -373,3 +373,46 @@ def test_show_mask_marks_a_template_without_markers(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "row 0 [final_turn_only]" in out and "[[Rome.<|im_end|>]]" in out
     assert "[[Paris." not in out
+
+
+def _phi35_marked() -> str:
+    plain = (TEMPLATES / "phi3_5_mini_instruct.jinja").read_text()
+    old = "{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}"
+    assert old in plain
+    new = (
+        "{{'<|assistant|>\n'}}{% generation %}{{ message['content'] + '<|end|>' }}"
+        "{% endgeneration %}{{'\n'}}"
+    )
+    return plain.replace(old, new)
+
+
+@pytest.mark.parametrize("name", ["chatml", "phi3_5"])
+def test_incremental_rendering_equals_the_generation_marker_reference_on_varied_rows(name):
+    """HF's own {% generation %} mask is an independent reference: on the same template with and
+    without markers, with awkward content (leading/trailing whitespace and newlines, unicode,
+    system or not, 1-4 turns), the incremental spans must be identical. Phi-3.5 also appends an
+    end-of-conversation eos that must stay unsupervised."""
+    import random
+
+    from tests.test_data import CHATML, CHATML_NO_GENERATION, make_tokenizer
+
+    if name == "chatml":
+        tok, marked, plain = make_tokenizer(), CHATML, CHATML_NO_GENERATION
+    else:
+        tok = family("phi3_5")[0]
+        marked, plain = _phi35_marked(), (TEMPLATES / "phi3_5_mini_instruct.jinja").read_text()
+    rng = random.Random(0)
+    pieces = ["Hello", " there", "\n", "  ", "\n\n", "wind", "é", "海", "?", " 42", "\t"]
+
+    def text():
+        s = "".join(rng.choices(pieces, k=rng.randint(1, 8))).strip(" \t")
+        return s if s.strip() else s + "x"
+
+    for i in range(40):
+        msgs = [{"role": "system", "content": text()}] if i % 2 else []
+        for _ in range(1 + i % 4):
+            msgs += [{"role": "user", "content": text()}, {"role": "assistant", "content": text()}]
+        row = {"messages": msgs}
+        ref = Renderer(tok, chat_template=marked)(row, i)
+        assert any(ref[1]), "the reference must supervise something"
+        assert Renderer(tok, chat_template=plain)(row, i) == ref, msgs
