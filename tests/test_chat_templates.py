@@ -73,6 +73,10 @@ QWEN = (
     ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     dict(eos="<|im_end|>", pad="<|endoftext|>", added=("<think>", "</think>")),
 )
+DEEPSEEK = (
+    ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
+    dict(bos="<｜begin▁of▁sentence｜>", eos="<｜end▁of▁sentence｜>", added=("<think>", "</think>")),
+)
 FAMILIES = {
     "qwen3": ("qwen3.jinja", QWEN, {}),
     "qwen3_no_thinking": ("qwen3.jinja", QWEN, {"enable_thinking": False}),
@@ -132,18 +136,9 @@ FAMILIES = {
         ),
         {},
     ),
-    "deepseek_r1_distill": (
-        "deepseek_r1_distill.jinja",
-        (
-            ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
-            dict(
-                bos="<｜begin▁of▁sentence｜>",
-                eos="<｜end▁of▁sentence｜>",
-                added=("<think>", "</think>"),
-            ),
-        ),
-        {},
-    ),
+    "deepseek_r1_distill": ("deepseek_r1_distill.jinja", DEEPSEEK, {}),
+    "deepseek_v3_1": ("deepseek_v3_1.jinja", DEEPSEEK, {}),
+    "deepseek_v3_1_thinking": ("deepseek_v3_1.jinja", DEEPSEEK, {"enable_thinking": True}),
 }
 
 # Hand-marked: (family, turns, system) -> the supervised substrings of the rendered sample, in
@@ -190,6 +185,16 @@ EXPECTED = {
             "Rome.<｜end▁of▁sentence｜>",
             "Madrid.<｜end▁of▁sentence｜>",
         ],
+        False,
+    ),
+    # DeepSeek-V3.1 without thinking prompts with "<think></think>": header, not target.
+    ("deepseek_v3_1", 2, True): (
+        ["Paris.<｜end▁of▁sentence｜>", "Rome.<｜end▁of▁sentence｜>"],
+        False,
+    ),
+    # With thinking it prompts with "<think>"; the rendered turn closes it: "</think>" is emitted.
+    ("deepseek_v3_1_thinking", 2, True): (
+        ["</think>Paris.<｜end▁of▁sentence｜>", "</think>Rome.<｜end▁of▁sentence｜>"],
         False,
     ),
 }
