@@ -12,7 +12,7 @@ import pytest
 from tests.test_data import make_tokenizer
 from tests.test_distill import fast
 from tests.tiny_assets import build_tiny_random_target
-from train.data.rows import REASONS
+from train.data.rows import REASONS, BadRowError
 from train.distill import main
 from train.setup import SetupError, build_split
 
@@ -101,7 +101,7 @@ def test_every_reason_is_counted_and_printed(tok, tmp_path, capsys):
 
 def test_strict_mode_stops_at_the_first_bad_line(tok, tmp_path):
     path = write(tmp_path / "rows.jsonl", [GOOD, b"{oops", GOOD])
-    with pytest.raises(Exception, match=r"rows.jsonl:2 is not json.*on_bad_row=skip"):
+    with pytest.raises(BadRowError, match=r"rows.jsonl:2 is not json.*on_bad_row=skip"):
         build_split(Cfg(cfg(on_bad_row="error")), str(path), tok, seed=0)
 
 
