@@ -162,3 +162,12 @@ def test_distill_trains_below_the_share(target, tmp_path, capsys):
     assert main(fast(target, out, f"data.train={data}", "trainer.max_steps=1")) == 0
     assert "dropped 1 rows: not valid JSON" in capsys.readouterr().out
     assert (out / "final" / "config.json").exists()
+
+
+def test_a_folder_of_jsonl_files_with_a_bad_line(tok, tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    write(tmp_path / "d" / "a.jsonl", [GOOD, GOOD])
+    write(tmp_path / "d" / "b.jsonl", [GOOD, b"{oops", GOOD])
+    ds = build_split(Cfg(cfg()), str(tmp_path / "d"), tok, seed=0)
+    assert "5 rows read, 4 used, 1 dropped" in capsys.readouterr().out
+    assert sum(max(r) + 1 for r in ds["doc_ids"]) == 4

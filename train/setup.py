@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from common.config import DSparkConfig
 from common.vocab import VocabMap, build_vocab_map, counts_hash
 from train.data import build_dataset, count_loss_tokens, load_rows
-from train.data.jsonl import drop_bad_lines
+from train.data.jsonl import drop_bad_lines, drop_bad_lines_in_dir
 from train.data.report import BadDataShare, DataReport
 from train.mask_token import MaskTokenError, choose_mask_token
 
@@ -147,7 +147,9 @@ def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
 
 
 def _load_split(dcfg, path: str, max_rows, report: DataReport):
-    jsonl = Path(path).is_file() and Path(path).suffix == ".jsonl"
+    src = Path(path)
+    jsonl_dir = src.is_dir() and any(src.rglob("*.jsonl")) and not (src / "state.json").exists()
+    jsonl = (src.is_file() and src.suffix == ".jsonl") or jsonl_dir
     try:
         return load_rows(path, split=dcfg.split, max_rows=max_rows)
     except (FileNotFoundError, StopIteration) as e:
@@ -157,7 +159,11 @@ def _load_split(dcfg, path: str, max_rows, report: DataReport):
             raise
         failure = e
     # One line that is not UTF-8 or not JSON fails datasets' whole file: drop and count such lines.
-    clean = drop_bad_lines(path, report, strict=dcfg.on_bad_row == "error", max_rows=max_rows)
+    strict = dcfg.on_bad_row == "error"
+    if jsonl_dir:
+        clean = drop_bad_lines_in_dir(path, report, strict=strict)
+    else:
+        clean = drop_bad_lines(path, report, strict=strict, max_rows=max_rows)
     try:
         if clean is None:
             raise failure

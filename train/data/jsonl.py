@@ -4,7 +4,8 @@
 `drop_bad_lines` reads the file line by line, counts such lines per reason (`not_utf8`, `not_json`,
 `not_an_object`) into a `DataReport`, and writes the good lines to a cache file that is loaded
 instead. It runs only after a failed load, so clean files cost nothing extra. Blank lines are
-ignored, as `datasets` does.
+ignored, as `datasets` does. `drop_bad_lines_in_dir` does the same for a directory of `.jsonl`
+files (a folder of links to the cleaned and the untouched files, in the same order).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from train.data.report import DataReport
 from train.data.rows import BadRowError
 
 
-def _clean_path(path: Path) -> Path:
+def _clean_path(path: Path, suffix: str = ".jsonl") -> Path:
     import datasets
 
     st = path.stat()
     key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()
-    name = f"{path.stem}-{hashlib.sha256(key).hexdigest()[:16]}.jsonl"
+    name = f"{path.stem}-{hashlib.sha256(key).hexdigest()[:16]}{suffix}"
     return Path(datasets.config.HF_DATASETS_CACHE) / "dspark-clean-jsonl" / name
 
 
@@ -81,3 +82,25 @@ def drop_bad_lines(
         return out
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def drop_bad_lines_in_dir(
+    path: str | os.PathLike, report: DataReport, *, strict: bool
+) -> Path | None:
+    """`drop_bad_lines` for every `.jsonl` under the folder `path`; None if every line is good."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+    cleaned = [drop_bad_lines(f, report, strict=strict) for f in files]
+    if all(c is None for c in cleaned):
+        return None
+    key = "".join(f"{f.resolve()}:{f.stat().st_mtime_ns}" for f in files).encode()
+    out = _clean_path(files[0]).parent / f"{path.name}-{hashlib.sha256(key).hexdigest()[:16]}"
+    out.mkdir(parents=True, exist_ok=True)
+    for i, (f, c) in enumerate(zip(files, cleaned)):
+        link = out / f"{i:06d}-{f.name}"
+        if not link.exists():
+            try:
+                link.symlink_to((c or f).resolve())
+            except FileExistsError:  # another rank made the same link
+                pass
+    return out
