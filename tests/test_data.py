@@ -31,6 +31,7 @@ from train.data import (
 )
 from train.data.pack import row_features
 from train.data.regenerate import regenerate_responses
+from train.data.report import DataReport
 
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
@@ -149,18 +150,22 @@ def test_sharegpt_renders_like_messages(tok):
     assert Renderer(tok)(share, 0) == Renderer(tok)(row, 0)
 
 
-def test_template_without_generation_markers_is_an_error(tok, tmp_path):
+def test_template_without_generation_markers_masks_the_same_tokens(tok, tmp_path):
+    """No markers: assistant spans come from incremental rendering and equal the marked ones."""
     tok2 = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|im_end|>")
     tok2.chat_template = CHATML_NO_GENERATION
     tok2.name_or_path = "tiny-chatml"
-    with pytest.raises(ChatTemplateError, match="tiny-chatml.*generation.*data.chat_template"):
-        Renderer(tok2)(chat(0), 0)
-    with pytest.raises(ChatTemplateError, match="generation"):
-        Renderer(tok, chat_template=CHATML_NO_GENERATION)(chat(0), 0)
-    # The documented fix: an override template file with generation markers.
+    row = chat(0, turns=2)
+    assert Renderer(tok2)(row, 0) == Renderer(tok)(row, 0)
+    assert Renderer(tok, chat_template=CHATML_NO_GENERATION)(row, 0) == Renderer(tok)(row, 0)
+    # The override still wins over the tokenizer's template.
     path = tmp_path / "chatml.jinja"
     path.write_text(CHATML)
-    assert Renderer(tok2, chat_template=path)(chat(0), 0) == Renderer(tok)(chat(0), 0)
+    assert Renderer(tok2, chat_template=path)(row, 0) == Renderer(tok)(row, 0)
+    tok3 = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|im_end|>")
+    tok3.name_or_path = "no-template"
+    with pytest.raises(ChatTemplateError, match="no-template.*no chat template"):
+        Renderer(tok3)(row, 0)
 
 
 def test_text_rows_are_fully_supervised_and_end_with_eos(tok):
@@ -194,14 +199,24 @@ def test_malformed_row_names_index_and_problem(tok, row, problem):
 
 def test_bad_row_in_dataset_errors_or_skips(tok, caplog):
     rows = [chat(i) for i in range(6)]
-    rows[4]["messages"][1]["role"] = "bot"
+    rows[4]["messages"][1]["role"] = "bot"  # a turn the default policy drops
+    rows[2]["messages"] = rows[2]["messages"][:2]  # no assistant turn: the row is unusable
     ds = datasets.Dataset.from_list(rows)
-    with pytest.raises(BadRowError, match=r"row 4: .*bot.*on_bad_row=skip"):
-        tokenize_rows(ds, tok)
+    with pytest.raises(BadRowError, match=r"row 2: .*no assistant turn.*on_bad_row=skip"):
+        tokenize_rows(ds, tok, on_bad_row="error")
+    report = DataReport("rows")
     with caplog.at_level(logging.WARNING):
-        out = tokenize_rows(ds, tok, on_bad_row="skip")
-    assert list(out["row_index"]) == [0, 1, 2, 3, 5]
-    assert "skipped 1 of 6 rows" in caplog.text and "row 4" in caplog.text
+        out = tokenize_rows(ds, tok, report=report)
+    assert list(out["row_index"]) == [0, 1, 3, 4, 5]
+    assert "skipped 1 of 6 rows" in caplog.text and "row 2" in caplog.text
+    assert (report.rows, dict(report.dropped), dict(report.turns)) == (
+        6,
+        {"no_assistant": 1},
+        {"unknown_role": 1},
+    )
+    # Row 4 lost its user turn, nothing else: the same tokens as rendering it without that turn.
+    kept = dict(rows[4], messages=[m for m in rows[4]["messages"] if m["role"] != "bot"])
+    assert out[3]["input_ids"] == Renderer(tok)(kept, 4)[0]
 
 
 # ---- packing ------------------------------------------------------------------------------------

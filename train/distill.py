@@ -27,6 +27,7 @@ from train.setup import (
     build_split,
     draft_config,
     load_target,
+    mask_token_for,
     regenerate_train_rows,
     vocab_map_for,
 )
@@ -76,7 +77,6 @@ def run(cfg) -> dict:
     out = check_output_dir(cfg)
     acc = make_accelerator(cfg.trainer)
     target, tok = load_target(cfg.target, acc.device)
-    dcfg = draft_config(cfg.draft, target, tok, cfg.target.path)
     train_path = cfg.data.train
     if cfg.data.regenerate.enabled:
         if acc.is_main_process:
@@ -89,6 +89,8 @@ def run(cfg) -> dict:
         if cfg.data.heldout
         else None
     )
+    mask = mask_token_for(cfg.draft, target, tok, train_ds)  # checked against the training rows
+    dcfg = draft_config(cfg.draft, target, tok, cfg.target.path, mask)
     vmap = vocab_map_for(dcfg, train_ds, out / "vocab_map.pt")
     draft = DSparkDraftModel(dcfg)
     init_draft_weights(draft)
@@ -120,6 +122,7 @@ def run(cfg) -> dict:
         provenance = {
             "resolved_config": resolved,
             "vocab_counts_hash": fingerprint["vocab_counts_hash"],
+            "mask_token": mask.as_dict(),
             "final_metrics": result.eval or result.train,
             "train_data": data_provenance(train_path),
         }

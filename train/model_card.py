@@ -119,7 +119,7 @@ def render_model_card(
         "",
         "## The draft",
         "",
-        *_table(("Property", "Value"), _draft_rows(cfg)),
+        *_table(("Property", "Value"), _draft_rows(cfg, (provenance or {}).get("mask_token"))),
         "",
         "## Use it with vLLM",
         "",
@@ -198,7 +198,7 @@ def _layout(cfg: DSparkConfig) -> str:
     return f"1+N (bonus anchor): {cfg.block_size - 1} drafts per block of {cfg.block_size}"
 
 
-def _draft_rows(cfg: DSparkConfig) -> list[tuple[str, str]]:
+def _draft_rows(cfg: DSparkConfig, mask: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     if cfg.has_markov:
         markov = f"{cfg.markov_head_type}, rank {cfg.markov_rank}"
     else:
@@ -224,6 +224,9 @@ def _draft_rows(cfg: DSparkConfig) -> list[tuple[str, str]]:
         ("Target layers read", ", ".join(map(str, cfg.target_layer_ids))),
         ("Mask token id", str(cfg.mask_token_id)),
     ]
+    if mask and mask.get("id") == cfg.mask_token_id:  # how setup chose it (train/mask_token.py)
+        token = f"`{mask['token']}`, " if mask.get("token") is not None else ""
+        rows[-1] = ("Mask token id", f"{cfg.mask_token_id} ({token}{mask.get('how', '')})")
     if cfg.dspark_draft_topk is not None:
         rows.append(("Draft top-k", str(cfg.dspark_draft_topk)))
     return rows

@@ -35,7 +35,7 @@ class DraftCfg:
     sample_from_anchor: bool = True  # DSpark anchor-first (True) or DFlash 1+N (False)
     dspark_draft_topk: int | None = None
     target_layer_ids: list[int] | None = None  # null: 5 ids spread over 1..N-3
-    mask_token: str | None = "<|mask|>"  # token whose id feeds mask slots
+    mask_token: str | None = "auto"  # token for the mask slots; auto: chosen (train/mask_token.py)
     mask_token_id: int | None = None  # explicit id (wins over mask_token)
 
 
@@ -58,8 +58,11 @@ class DataCfg:
     heldout_max_rows: int | None = 256
     seq_len: int = 4096
     packing: str = "pack"  # pack | bucket
-    chat_template: str | None = None  # file overriding the tokenizer's template
-    on_bad_row: str = "error"  # error | skip
+    chat_template: str | None = None  # .jinja overriding the tokenizer's (any template works)
+    # options for the template: +data.chat_template_kwargs.enable_thinking=false
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    on_bad_row: str = "skip"  # skip: drop bad rows/turns, counted per reason | error: stop
+    max_bad_row_share: float = 0.05  # a larger dropped share stops the run before training
     regenerate: RegenerateCfg = field(default_factory=RegenerateCfg)
 
 
@@ -151,7 +154,7 @@ CHOICES = {
     "target.dtype": ("auto", "float32", "bfloat16", "float16"),
     "draft.markov_head_type": ("vanilla", "gated", "rnn"),
     "data.packing": ("pack", "bucket"),
-    "data.on_bad_row": ("error", "skip"),
+    "data.on_bad_row": ("skip", "error"),
     "data.regenerate.backend": ("auto", "hf", "vllm"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.mixed_precision": ("no", "bf16"),

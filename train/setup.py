@@ -12,6 +12,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from common.config import DSparkConfig
 from common.vocab import VocabMap, build_vocab_map, counts_hash
 from train.data import build_dataset, count_loss_tokens, load_rows
+from train.data.jsonl import drop_bad_lines, drop_bad_lines_in_dir
+from train.data.report import BadDataShare, DataReport
+from train.mask_token import MaskTokenError, choose_mask_token
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -77,17 +80,16 @@ def load_target(tcfg, device: torch.device):
     return model, tok
 
 
-def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfig:
-    mask_id = dcfg.mask_token_id
-    if mask_id is None:
-        if not dcfg.mask_token:
-            raise SetupError("set draft.mask_token_id (or draft.mask_token) for the mask slots")
-        mask_id = tokenizer.convert_tokens_to_ids(dcfg.mask_token)
-        if mask_id is None or mask_id == tokenizer.unk_token_id:
-            raise SetupError(
-                f"draft.mask_token={dcfg.mask_token!r} is not a single token of the target "
-                "tokenizer: set draft.mask_token_id to a reserved token id"
-            )
+def draft_config(dcfg, target_model, tokenizer, target_path: str, mask=None) -> DSparkConfig:
+    """The draft's DSparkConfig. `mask`: the `MaskToken` from `choose_mask_token` (which checks
+    the training data); without it one is chosen from the tokenizer alone."""
+    if mask is None:
+        vocab = target_model.config.get_text_config().vocab_size
+        try:
+            mask = choose_mask_token(dcfg, tokenizer, vocab)
+        except MaskTokenError as e:
+            raise SetupError(str(e)) from None
+    mask_id = mask.id
     choices = {
         k: dcfg[k]
         for k in (
@@ -116,24 +118,76 @@ def draft_config(dcfg, target_model, tokenizer, target_path: str) -> DSparkConfi
     return DSparkConfig.from_target(hf, mask_token_id=int(mask_id), **choices)
 
 
+def mask_token_for(dcfg, target_model, tokenizer, train_ds):
+    """Choose (or check) the mask token against the training rows, print the choice and why."""
+    vocab = target_model.config.get_text_config().vocab_size
+    try:
+        mask = choose_mask_token(dcfg, tokenizer, vocab, train_ds)
+    except MaskTokenError as e:
+        raise SetupError(str(e)) from None
+    print(f"[distill] mask token: {mask.describe()}")
+    return mask
+
+
 def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
+    """Rows of `path` -> packed training rows. Bad rows are dropped and counted per reason
+    (`data.on_bad_row=skip`) or stop the run (`error`); the counts are printed at the end of the
+    data pass, and a dropped share above `data.max_bad_row_share` stops the run here."""
     if Path(path).is_file() and Path(path).stat().st_size == 0:
         raise SetupError(f"dataset {path!r} is empty")
-    try:
-        rows = load_rows(path, split=dcfg.split, max_rows=max_rows)
-    except (FileNotFoundError, StopIteration) as e:
-        raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
+    share = float(dcfg.get("max_bad_row_share", 0.05))
+    if not 0.0 <= share <= 1.0:
+        raise SetupError(f"data.max_bad_row_share={share} must lie in [0, 1]")
+    report = DataReport(str(path))
+    rows = _load_split(dcfg, path, max_rows, report)
     if len(rows) == 0:
         raise SetupError(f"dataset {path!r} has no rows")
-    return build_dataset(
-        rows,
-        tokenizer,
-        dcfg.seq_len,
-        packing=dcfg.packing,
-        seed=seed,
-        chat_template=dcfg.chat_template,
-        on_bad_row=dcfg.on_bad_row,
-    )
+    try:
+        ds = build_dataset(
+            rows,
+            tokenizer,
+            dcfg.seq_len,
+            packing=dcfg.packing,
+            seed=seed,
+            chat_template=dcfg.chat_template,
+            template_kwargs=dict(dcfg.get("chat_template_kwargs") or {}),
+            on_bad_row=dcfg.on_bad_row,
+            report=report,
+        )
+        for line in report.lines():
+            print(f"[data] {line}")
+        report.check(share)
+    except BadDataShare as e:
+        raise SetupError(str(e)) from None
+    return ds
+
+
+def _load_split(dcfg, path: str, max_rows, report: DataReport):
+    src = Path(path)
+    jsonl_dir = src.is_dir() and any(src.rglob("*.jsonl")) and not (src / "state.json").exists()
+    jsonl = (src.is_file() and src.suffix == ".jsonl") or jsonl_dir
+    try:
+        return load_rows(path, split=dcfg.split, max_rows=max_rows)
+    except (FileNotFoundError, StopIteration) as e:
+        raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
+    except Exception as e:  # datasets raises several kinds for one bad line
+        if not jsonl:
+            raise
+        failure = e
+    # One line that is not UTF-8 or not JSON fails datasets' whole file: drop and count such lines.
+    strict = dcfg.on_bad_row == "error"
+    if jsonl_dir:
+        clean = drop_bad_lines_in_dir(path, report, strict=strict)
+    else:
+        clean = drop_bad_lines(path, report, strict=strict, max_rows=max_rows)
+    try:
+        if clean is None:
+            raise failure
+        report.source = f"{path} (row numbers below count the lines that parsed)"
+        return load_rows(clean, split=dcfg.split, max_rows=max_rows)
+    except Exception as e:  # not a bad line: e.g. a field whose type differs between rows
+        cause = e.__cause__ or e
+        raise SetupError(f"cannot read dataset {path!r}: {type(cause).__name__}: {cause}") from e
 
 
 REGENERATED_NAME = "regenerated.jsonl"

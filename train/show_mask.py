@@ -9,6 +9,7 @@ Exit status 2 for a bad tokenizer, template or row.
 """
 
 import argparse
+import json
 import sys
 
 GREEN, RESET = "\x1b[42;30m", "\x1b[0m"
@@ -38,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--packing", choices=("pack", "bucket"), default="pack")
     p.add_argument("--max-rows", type=int, default=1000, help="rows to pack with --seq-len")
     p.add_argument("--chat-template", default=None, help="override template (.jinja file)")
+    p.add_argument(
+        "--chat-template-kwargs",
+        type=json.loads,
+        default={},
+        help='template options as JSON (data.chat_template_kwargs): {"enable_thinking": false}',
+    )
     p.add_argument("--split", default=None)
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     return p
@@ -51,13 +58,21 @@ def _show(args, tokenizer) -> str:
         rows = load_rows(args.data, args.split)
         if not 0 <= args.row < len(rows):
             raise IndexError(f"--row {args.row} out of range: the data has {len(rows)} rows")
-        ids, mask = Renderer(tokenizer, args.chat_template)(rows[args.row], args.row)
+        r = Renderer(tokenizer, args.chat_template, args.chat_template_kwargs, drop_bad_turns=True)
+        rendered = r.render(rows[args.row], args.row)
+        ids, mask = rendered.ids, rendered.mask
         body, total = mark(tokenizer, ids, mask, color), len(ids)
-        head = f"row {args.row}"
+        notes = f" [{', '.join(rendered.notes)}]" if rendered.notes else ""
+        head = f"row {args.row}{notes}"
     else:
         rows = load_rows(args.data, args.split, max_rows=args.max_rows)
         packed = build_dataset(
-            rows, tokenizer, args.seq_len, packing=args.packing, chat_template=args.chat_template
+            rows,
+            tokenizer,
+            args.seq_len,
+            packing=args.packing,
+            chat_template=args.chat_template,
+            template_kwargs=args.chat_template_kwargs,
         )
         if not 0 <= args.row < len(packed):
             raise IndexError(f"--row {args.row} out of range: {len(packed)} packed rows")
@@ -80,12 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from transformers import AutoTokenizer
 
-    from train.data import BadRowError, ChatTemplateError
+    from train.data import BadDataShare, BadRowError, ChatTemplateError
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         print(_show(args, tokenizer))
-    except (BadRowError, ChatTemplateError, IndexError, FileNotFoundError, OSError) as e:
+    except (
+        BadRowError,
+        BadDataShare,
+        ChatTemplateError,
+        IndexError,
+        FileNotFoundError,
+        OSError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -22,14 +22,23 @@ def build_dataset(
     packing: str = "pack",
     seed: int = 0,
     chat_template: str | None = None,
-    on_bad_row: str = "error",
+    template_kwargs: dict | None = None,
+    on_bad_row: str = "skip",
     long_sample: str = "truncate",
     num_proc: int | None = None,
+    report=None,
 ) -> datasets.Dataset:
     """Raw rows -> Dataset of `[seq_len]` rows with `input_ids`, `loss_mask`, `position_ids`,
-    `doc_ids` (contract in pack.py). `packing` is "pack" or "bucket"; deterministic given `seed`."""
+    `doc_ids` (contract in pack.py). `packing` is "pack" or "bucket"; deterministic given `seed`.
+    `report` (a `DataReport`) collects what was dropped or changed, per reason."""
     samples = tokenize_rows(
-        rows, tokenizer, chat_template=chat_template, on_bad_row=on_bad_row, num_proc=num_proc
+        rows,
+        tokenizer,
+        chat_template=chat_template,
+        template_kwargs=template_kwargs,
+        on_bad_row=on_bad_row,
+        report=report,
+        num_proc=num_proc,
     )
     return pack_samples(
         samples,
@@ -39,4 +48,5 @@ def build_dataset(
         seed=seed,
         long_sample=long_sample,
         num_proc=num_proc,
+        report=report,
     )

@@ -10,6 +10,8 @@ Design choices:
   because the target would see each chunk without its prefix anyway.
 - A (truncated or split) sample with no supervised token after its first is dropped: it would cost
   a target forward pass and contribute no loss.
+- With a `report`, samples longer than `seq_len` are counted (`truncated` / `split`), and long
+  samples dropped by the rule above as `no_supervised_tokens`, before packing.
 
 Output row contract (all `[seq_len]`):
 - `input_ids` int32, padding = `pad_token_id`.
@@ -23,6 +25,7 @@ Output row contract (all `[seq_len]`):
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 from datasets import Features, List, Value
 
 MODES = ("pack", "bucket")
@@ -101,6 +104,20 @@ def _pack_batch(batch, seq_len, mode, long_sample, pad_token_id, max_open) -> di
     return _emit(pieces, groups, seq_len, pad_token_id)
 
 
+def count_long_samples(samples: datasets.Dataset, seq_len: int, long_sample: str, report) -> None:
+    """Count samples longer than `seq_len` into `report` (see module doc); one arrow pass."""
+    ds = samples.with_format("arrow", columns=["input_ids", "loss_mask"])
+    for batch in ds.iter(4096):
+        lengths = pc.list_value_length(batch["input_ids"]).to_numpy()
+        for j in np.flatnonzero(lengths > seq_len):
+            mask = batch["loss_mask"][int(j)].as_py()
+            pieces = _pieces(mask, mask, seq_len, long_sample)
+            if any(any(p[1][1:]) for p in pieces):
+                report.note(long_sample if long_sample == "split" else "truncated")
+            else:
+                report.drop("no_supervised_tokens", f"a sample of {len(mask)} tokens")
+
+
 def pack_samples(
     samples: datasets.Dataset,
     seq_len: int,
@@ -112,6 +129,7 @@ def pack_samples(
     window: int = 1000,
     max_open_rows: int = 64,
     num_proc: int | None = None,
+    report=None,
 ) -> datasets.Dataset:
     """Samples (`input_ids`, `loss_mask` lists) -> Dataset of `[seq_len]` rows (see module doc)."""
     if mode not in MODES:
@@ -120,6 +138,8 @@ def pack_samples(
         raise ValueError(f"data.long_sample must be one of {LONG_SAMPLE}, got {long_sample!r}")
     if seq_len < 2:
         raise ValueError(f"seq_len must be >= 2, got {seq_len}")
+    if report is not None:
+        count_long_samples(samples, seq_len, long_sample, report)
     if mode == "pack":
         samples = samples.shuffle(seed=seed)
     return samples.map(
