@@ -14,26 +14,10 @@ EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32"
 
 
 def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dict, result) -> Path:
+    """Each folder (with its model card) appears complete or not at all: a write that fails at any
+    point leaves the earlier export of that folder as it was."""
     ecfg = cfg.export
     dtype = EXPORT_DTYPES[ecfg.dtype]
-    final = save_checkpoint(
-        draft,
-        output_dir / "final",
-        dtype=dtype,
-        include_embed=ecfg.include_embed,
-        provenance=provenance,
-        verifier=cfg.target.path,
-    )
-    if ecfg.speculators:
-        save_checkpoint(
-            draft,
-            output_dir / "final-speculators",
-            fmt="speculators",
-            dtype=dtype,
-            include_embed=ecfg.include_embed,
-            provenance=provenance,
-            verifier=cfg.target.path,
-        )
     metrics = dict(result.eval or result.train)
     per_pos = metrics.pop("acceptance_per_pos", [])
     if result.eval_initial:
@@ -52,16 +36,35 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
         from train.model_card import write_model_card
     except ImportError:  # model card module not available: the checkpoint stands on its own
         write_model_card = None
-    if write_model_card is not None:
-        for d in [final] + ([output_dir / "final-speculators"] if ecfg.speculators else []):
-            write_model_card(
-                d,
-                target=cfg.target.path,
-                recipe=recipe,
-                metrics={k: v for k, v in metrics.items() if not isinstance(v, list)},
-                per_position_acceptance=per_pos,
-                repo_id=cfg.hub.repo_id,
-            )
+
+    def card_for(dest: Path):
+        if write_model_card is None:
+            return None
+        return lambda tmp: write_model_card(
+            tmp,
+            target=cfg.target.path,
+            recipe=recipe,
+            metrics={k: v for k, v in metrics.items() if not isinstance(v, list)},
+            per_position_acceptance=per_pos,
+            repo_id=cfg.hub.repo_id,
+            local_path=dest,
+        )
+
+    folders = [("canonical", output_dir / "final")]
+    if ecfg.speculators:
+        folders.append(("speculators", output_dir / "final-speculators"))
+    for fmt, dest in folders:
+        save_checkpoint(
+            draft,
+            dest,
+            fmt=fmt,
+            dtype=dtype,
+            include_embed=ecfg.include_embed,
+            provenance=provenance,
+            verifier=cfg.target.path,
+            before_publish=card_for(dest),
+        )
+    final = output_dir / "final"
     if cfg.hub.repo_id:
         from train.push import push_checkpoint
 

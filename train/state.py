@@ -69,8 +69,11 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 def mark_last_good(output_dir: Path, ckpt: Path) -> None:
     root = output_dir / "checkpoints"
     tmp = root / f".{LAST_GOOD_NAME}.tmp-{os.getpid()}"
-    tmp.write_text(ckpt.name + "\n")
-    os.replace(tmp, root / LAST_GOOD_NAME)
+    try:
+        tmp.write_text(ckpt.name + "\n")
+        os.replace(tmp, root / LAST_GOOD_NAME)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _dir_bytes(d: Path) -> int:
