@@ -414,6 +414,20 @@ def launch_embedded(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) ->
     return 0
 
 
+def refuse_unfit_draft(cfg: ServeCfg) -> None:
+    """Before either engine starts: the draft must fit the (local) target, field by field."""
+    if cfg.checkpoint is None or not Path(cfg.target).is_dir():
+        return
+    from common.target_fit import checkpoint_fit_problems
+
+    problems = checkpoint_fit_problems(cfg.checkpoint, cfg.target)
+    if problems:
+        raise LaunchRefused(
+            f"checkpoint {cfg.checkpoint} does not fit target {cfg.target} (python -m serve.check "
+            f"{cfg.checkpoint} --target {cfg.target}):\n  " + "\n  ".join(problems)
+        )
+
+
 def launch(overrides: list[str]) -> int:
     cfg = compose_serve_config(overrides)
     for note in check_paths(cfg):
@@ -426,6 +440,7 @@ def launch(overrides: list[str]) -> int:
             raise LaunchRefused(
                 f"checkpoint={cfg.checkpoint}: cannot read its config: {e}"
             ) from None
+    refuse_unfit_draft(cfg)
     vllm_version = probe_vllm_version()
     gpus = cache(probe_cuda_devices)
     needs_gpus = (cfg.engine == "auto" and vllm_version_ok(vllm_version)) or (

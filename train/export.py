@@ -9,6 +9,7 @@ import torch
 
 from common.checkpoint import save_checkpoint
 from common.model import DSparkDraftModel
+from common.target_fit import TOKENIZER_HASH_KEY, load_target_tokenizer, tokenizer_hash
 
 EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -18,6 +19,7 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
     point leaves the earlier export of that folder as it was."""
     ecfg = cfg.export
     dtype = EXPORT_DTYPES[ecfg.dtype]
+    provenance = {**provenance, **_tokenizer_record(cfg.target.path)}
     metrics = dict(result.eval or result.train)
     per_pos = metrics.pop("acceptance_per_pos", [])
     if result.eval_initial:
@@ -71,3 +73,12 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
         url = push_checkpoint(final, cfg.hub.repo_id, private=cfg.hub.private)
         print(f"[distill] pushed {final} to {url}")
     return final
+
+
+def _tokenizer_record(target_path: str) -> dict:
+    """The target tokenizer's hash, so serving can tell another tokenizer (common.target_fit)."""
+    try:
+        tok = load_target_tokenizer(target_path)
+    except (OSError, ValueError):
+        tok = None
+    return {TOKENIZER_HASH_KEY: tokenizer_hash(tok)} if tok is not None else {}
