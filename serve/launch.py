@@ -50,6 +50,7 @@ from serve.vllm_args import (
     target_has_compute_logits_local,
     vllm_version_ok,
 )
+from serve.watchdog import spawn_sidecar
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 TRAIN_COMMAND = "python -m train.distill +experiment=tiny"
@@ -357,6 +358,8 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
         )
     if shutil.which("vllm") is None:
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", *cmd[1:]]
+    if spawn_sidecar(cfg.host, cfg.port, cfg.checkpoint) is not None:
+        say("acceptance watchdog: sidecar polling /metrics (python -m serve.watchdog)")
     exec_command(cmd)
     return 0  # not reached: exec replaces this process
 

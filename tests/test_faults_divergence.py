@@ -27,10 +27,27 @@ def target(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference(target, tmp_path_factory) -> list:
+def reference_run(target, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ref") / "run"
     assert main(fast(target, out, *STEPS)) == 0
-    return _train_losses(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run) -> list:
+    return _train_losses(reference_run)
+
+
+def test_export_records_the_acceptance_the_serving_watchdog_expects(reference_run):
+    from common.target_fit import TOKENIZER_HASH_KEY
+    from serve.watchdog import expected_acceptance
+
+    prov = json.loads((reference_run / "final" / "provenance.json").read_text())
+    rec = prov["expected_acceptance"]
+    assert rec["source"] == "held-out evaluation"
+    assert rec["per_position"] == prov["final_metrics"]["acceptance_per_pos"]
+    assert expected_acceptance(reference_run / "final") == rec["per_position"]
+    assert len(prov[TOKENIZER_HASH_KEY]) == 16
 
 
 def poison(monkeypatch, at_call: int, where: str) -> dict:

@@ -22,6 +22,12 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
     provenance = {**provenance, **_tokenizer_record(cfg.target.path)}
     metrics = dict(result.eval or result.train)
     per_pos = metrics.pop("acceptance_per_pos", [])
+    if per_pos:  # what the serving watchdog (serve/watchdog.py) compares the live acceptance with
+        provenance["expected_acceptance"] = {
+            "per_position": [float(a) for a in per_pos],
+            "source": "held-out evaluation" if result.eval else "last training step",
+            "measure": "conditional acceptance (1 - TV) of draft k given drafts 0..k-1 accepted",
+        }
     if result.eval_initial:
         metrics["untrained_analytic_tau"] = result.eval_initial["analytic_tau"]
     recipe = {

@@ -192,6 +192,14 @@ def render_model_card(
             "",
             f"Implied mean acceptance length (incl. the bonus token): {_fmt(tau)}.",
         ]
+        source = ((provenance or {}).get("expected_acceptance") or {}).get("source")
+        if source:
+            lines += [
+                "",
+                f"Measured on the {source}. These numbers are recorded in `{PROVENANCE_NAME}` "
+                "(`expected_acceptance`); the serving watchdog warns when the live acceptance "
+                "falls far below them.",
+            ]
     else:
         lines.append("Not measured.")
     lines += ["", "## Provenance", ""]

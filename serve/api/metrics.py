@@ -12,11 +12,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from serve.engine import Engine
+from serve.watchdog import AcceptanceWatchdog, metric_families
 
 
 class EngineCollector:
-    def __init__(self, engine: Engine, model_name: str):
-        self.engine, self.model_name = engine, model_name
+    def __init__(self, engine: Engine, model_name: str, watchdog: AcceptanceWatchdog | None = None):
+        self.engine, self.model_name, self.watchdog = engine, model_name, watchdog
 
     def _counter(self, name, doc, value, extra=None):
         labels = ["model_name", *(extra or {})]
@@ -64,11 +65,15 @@ class EngineCollector:
         for phase in ("backbone", "markov", "verify", "prefill", "context"):
             t.add_metric([m, phase], getattr(s, f"time_{phase}"))
         yield t
+        if self.watchdog is not None:
+            yield from metric_families(self.watchdog.observe(sp), m)
 
 
-def make_registry(engine: Engine, model_name: str) -> CollectorRegistry:
+def make_registry(
+    engine: Engine, model_name: str, watchdog: AcceptanceWatchdog | None = None
+) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(EngineCollector(engine, model_name))
+    reg.register(EngineCollector(engine, model_name, watchdog))
     return reg
 
 

@@ -4,6 +4,9 @@ Routes: POST /v1/completions, POST /v1/chat/completions (both `stream: true` as 
 `data: [DONE]`), GET /v1/models, /health, /metrics (Prometheus, vLLM names).
 Errors are OpenAI-style `{"error": {message, type, param, code}}` bodies: 400 for malformed
 JSON / invalid fields / token limits, 404 for an unknown model, 503 when the engine is down.
+The acceptance watchdog (serve/watchdog.py) runs when the checkpoint records its acceptance: it
+is fed every `WATCHDOG_INTERVAL_S` and on each /metrics scrape, warns on the log and exposes
+`dspark:acceptance_watchdog_*` gauges.
 A client that disconnects (mid-stream or while waiting) has its request aborted; the others
 keep running.
 """
@@ -25,8 +28,10 @@ from serve.api.async_engine import AsyncEngine
 from serve.api.metrics import make_registry, render
 from serve.api.protocol import APIError, ChatCompletionRequest, CompletionRequest, parse
 from serve.engine import Engine, EngineOptions, SamplingParams
+from serve.watchdog import AcceptanceWatchdog, WatchdogRule, expected_acceptance
 
 logger = logging.getLogger("serve.api")
+WATCHDOG_INTERVAL_S = 5.0
 
 
 class Detokenizer:
@@ -49,12 +54,27 @@ class Detokenizer:
 class Server:
     """Request handling shared by the routes; owns the AsyncEngine."""
 
-    def __init__(self, engine: Engine, served_model_name: str):
+    def __init__(
+        self, engine: Engine, served_model_name: str, watchdog_rule: WatchdogRule | None = None
+    ):
         self.engine, self.name = engine, served_model_name
         self.tokenizer = engine.tokenizer
         self.max_model_len = engine.opts.max_model_len
         self.aengine = AsyncEngine(engine)
-        self.registry = make_registry(engine, served_model_name)
+        expected = expected_acceptance(engine.opts.checkpoint) if engine.num_spec else None
+        self.watchdog = AcceptanceWatchdog(expected, watchdog_rule) if expected else None
+        self.registry = make_registry(engine, served_model_name, self.watchdog)
+
+    def watch_acceptance(self):
+        """One watchdog reading from the engine's current counters (None without a watchdog)."""
+        if self.watchdog is None:
+            return None
+        return self.watchdog.observe(self.engine.stats.snapshot().spec)
+
+    async def watch_forever(self) -> None:
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL_S)
+            self.watch_acceptance()
 
     # ------------------------------------------------------------------ inputs
     def check_model(self, model: str | None) -> None:
@@ -220,14 +240,22 @@ class Server:
         yield "data: [DONE]\n\n"
 
 
-def build_app(engine: Engine, served_model_name: str) -> FastAPI:
-    """The FastAPI app; the engine thread starts and stops with the app's lifespan."""
-    srv = Server(engine, served_model_name)
+def build_app(
+    engine: Engine, served_model_name: str, watchdog_rule: WatchdogRule | None = None
+) -> FastAPI:
+    """The FastAPI app; the engine thread (and the watchdog's timer) start and stop with the app's
+    lifespan."""
+    srv = Server(engine, served_model_name, watchdog_rule)
 
     @asynccontextmanager
     async def lifespan(_app):
         srv.aengine.start()
+        timer = asyncio.ensure_future(srv.watch_forever()) if srv.watchdog else None
+        if srv.watchdog is None and engine.num_spec:
+            logger.info("acceptance watchdog off: the checkpoint records no acceptance")
         yield
+        if timer is not None:
+            timer.cancel()
         srv.aengine.shutdown()
 
     app = FastAPI(title="dspark", lifespan=lifespan)
