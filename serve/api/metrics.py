@@ -35,6 +35,16 @@ class EngineCollector:
         yield self._counter("vllm:request_success", "Finished requests.", s.requests_finished)
         yield self._counter("dspark:request_aborted", "Aborted requests.", s.requests_aborted)
         yield self._counter("dspark:engine_steps", "Engine steps run.", s.steps)
+        # Leak detectors, read live (len() is atomic): slots not on the free list and request
+        # objects the engine still holds. Both must be 0 whenever the server is idle.
+        slots_used = self.engine.opts.max_num_seqs - self.engine.scheduler.num_free_slots
+        for name, doc, val in (
+            ("dspark:kv_slots_used", "KV cache slots in use.", slots_used),
+            ("dspark:engine_requests", "Requests held by the engine.", len(self.engine.requests)),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["model_name"])
+            g.add_metric([m], val)
+            yield g
         for name, val in (("running", s.num_running), ("waiting", s.num_waiting)):
             g = GaugeMetricFamily(
                 f"vllm:num_requests_{name}", f"Requests {name}.", labels=["model_name"]

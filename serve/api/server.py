@@ -3,7 +3,9 @@
 Routes: POST /v1/completions, POST /v1/chat/completions (both `stream: true` as SSE ending in
 `data: [DONE]`), GET /v1/models, /health, /metrics (Prometheus, vLLM names).
 Errors are OpenAI-style `{"error": {message, type, param, code}}` bodies: 400 for malformed
-JSON / invalid fields / token limits, 404 for an unknown model, 503 when the engine is down.
+JSON / invalid fields / token limits, 404 for an unknown model, 429 when `max_queued` requests
+already wait for a slot (answered at once: a full server never leaves a client hanging), 503 when
+the engine is down.
 The acceptance watchdog (serve/watchdog.py) runs when the checkpoint records its acceptance: it
 is fed every `WATCHDOG_INTERVAL_S` and on each /metrics scrape, warns on the log and exposes
 `dspark:acceptance_watchdog_*` gauges.
@@ -23,6 +25,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from serve.api.async_engine import AsyncEngine
 from serve.api.metrics import make_registry, render
@@ -32,6 +35,29 @@ from serve.watchdog import AcceptanceWatchdog, WatchdogRule, expected_acceptance
 
 logger = logging.getLogger("serve.api")
 WATCHDOG_INTERVAL_S = 5.0
+DEFAULT_MAX_QUEUED = 256  # requests waiting for a slot beyond the max_num_seqs running ones
+
+
+class Admission:
+    """Requests admitted and not finished; `release` is idempotent (a stream may end through its
+    generator's `finally` and through the response's background task)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.in_flight = limit, 0
+
+    def try_admit(self):
+        if self.in_flight >= self.limit:
+            return None
+        self.in_flight += 1
+        done = False
+
+        def release():
+            nonlocal done
+            if not done:
+                done = True
+                self.in_flight -= 1
+
+        return release
 
 
 class Detokenizer:
@@ -55,12 +81,20 @@ class Server:
     """Request handling shared by the routes; owns the AsyncEngine."""
 
     def __init__(
-        self, engine: Engine, served_model_name: str, watchdog_rule: WatchdogRule | None = None
+        self,
+        engine: Engine,
+        served_model_name: str,
+        watchdog_rule: WatchdogRule | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED,
     ):
+        if max_queued < 0:
+            raise ValueError(f"max_queued={max_queued}: must be >= 0")
         self.engine, self.name = engine, served_model_name
         self.tokenizer = engine.tokenizer
         self.max_model_len = engine.opts.max_model_len
         self.aengine = AsyncEngine(engine)
+        self.max_queued = max_queued
+        self.admission = Admission(engine.opts.max_num_seqs + max_queued)
         expected = expected_acceptance(engine.opts.checkpoint) if engine.num_spec else None
         self.watchdog = AcceptanceWatchdog(expected, watchdog_rule) if expected else None
         self.registry = make_registry(engine, served_model_name, self.watchdog)
@@ -149,13 +183,35 @@ class Server:
         self.check_model(req.model)
         prompt_ids = self.chat_prompt(req) if chat else self.completion_prompt(req)
         params = self.sampling_params(req, prompt_ids)
+        release = self.admission.try_admit()
+        if release is None:
+            raise APIError(
+                f"the server is at capacity: {self.admission.in_flight} requests in flight "
+                f"(max_num_seqs={self.engine.opts.max_num_seqs} running + max_queued="
+                f"{self.max_queued} waiting). Retry later.",
+                429,
+            )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        gen = self.aengine.generate(prompt_ids, params, rid)
+        gen = self._released(self.aengine.generate(prompt_ids, params, rid), release)
         if req.stream:
             include_usage = bool((req.stream_options or {}).get("include_usage"))
             body = self._stream(gen, rid, prompt_ids, chat, include_usage, req.return_token_ids)
-            return StreamingResponse(body, media_type="text/event-stream")
-        return await self._complete(gen, http, rid, prompt_ids, chat, req.return_token_ids)
+            return StreamingResponse(
+                body, media_type="text/event-stream", background=BackgroundTask(release)
+            )
+        try:
+            return await self._complete(gen, http, rid, prompt_ids, chat, req.return_token_ids)
+        finally:
+            release()
+
+    @staticmethod
+    async def _released(gen, release):
+        try:
+            async for out in gen:
+                yield out
+        finally:
+            release()
+            await gen.aclose()
 
     def _usage(self, prompt_ids, out_ids):
         n, m = len(prompt_ids), len(out_ids)
@@ -241,11 +297,14 @@ class Server:
 
 
 def build_app(
-    engine: Engine, served_model_name: str, watchdog_rule: WatchdogRule | None = None
+    engine: Engine,
+    served_model_name: str,
+    watchdog_rule: WatchdogRule | None = None,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> FastAPI:
     """The FastAPI app; the engine thread (and the watchdog's timer) start and stop with the app's
     lifespan."""
-    srv = Server(engine, served_model_name, watchdog_rule)
+    srv = Server(engine, served_model_name, watchdog_rule, max_queued)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -299,7 +358,11 @@ def build_app(
 
 
 def run_server(
-    opts: EngineOptions, host: str, port: int, served_model_name: str | None = None
+    opts: EngineOptions,
+    host: str,
+    port: int,
+    served_model_name: str | None = None,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> None:
     """Load the engine from `opts` and serve until interrupted (blocking)."""
     import uvicorn
@@ -311,4 +374,5 @@ def run_server(
     name = served_model_name or opts.target
     mode = f"DSpark N={engine.num_spec}" if engine.num_spec else "target-only"
     logger.info("serving %s (%s) on http://%s:%d", name, mode, host, port)
-    uvicorn.run(build_app(engine, name), host=host, port=port, log_level="info")
+    app = build_app(engine, name, max_queued=max_queued)
+    uvicorn.run(app, host=host, port=port, log_level="info")
