@@ -299,11 +299,11 @@ class Trainer:
             mark_last_good(self.output_dir, ckpt)
         self.log.close()
         resume = (
-            f"the state after step {self.step} is kept in {ckpt} (marked LAST_GOOD): fix the data "
+            f"The state after step {self.step} is kept in {ckpt} (marked LAST_GOOD): fix the data "
             "or lower optim.lr and rerun with resume=true, or set trainer.max_bad_batches=N to "
             "skip up to N such batches"
             if ckpt is not None
-            else "nothing was trained yet: fix the data or the learning rate and start again"
+            else "Nothing was trained yet: fix the data or the learning rate and start again"
         )
         raise TrainingDiverged(
             f"training diverged at step {step}: {bad['reason']} on {rows}; "
