@@ -6,10 +6,11 @@ and both values; `checkpoint_fit_problems(ckpt_dir, target_dir)` reads both fold
 embedded engine's loader. A draft that loads without error against the wrong target is the silent
 failure this guards: vLLM accepts it and acceptance collapses.
 
-Fields: hidden size, vocab, layer count and captured layer ids, mask token (inside the vocab and a
-token of the tokenizer), the block layout (config.json vs the layout trained, recorded in
-provenance.json) and its positions (rope_theta), the tokenizer (hash of its vocab, recorded at
-export as `target_tokenizer_hash`), and the draft's width when it needs the target's embedding.
+Fields: hidden size, vocab, layer count and captured layer ids, mask token (inside the vocab; a
+mask chosen by name, recorded in provenance's resolved config, keeps its id), the block layout
+(config.json vs the layout trained, recorded in provenance.json) and its positions (rope_theta),
+the tokenizer (hash of its vocab, recorded at export as `target_tokenizer_hash`), and the draft's
+width when it needs the target's embedding.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def fit_problems(
     *,
     recorded_tokenizer_hash: str | None = None,
     trained_layout: dict[str, Any] | None = None,
+    recorded_mask_token: str | None = None,
     has_own_embedding: bool = True,
 ) -> list[str]:
     """Every way `draft` does not fit `target` (its text config dict) and `tokenizer`. A field the
@@ -95,11 +97,15 @@ def fit_problems(
         problems.append(
             f"mask_token_id: draft {draft.mask_token_id}, target vocab is [0, {vocab}): outside it"
         )
-    elif tokenizer is not None and draft.mask_token_id >= len(tokenizer):
-        problems.append(
-            f"mask_token_id: draft {draft.mask_token_id}, the target tokenizer has "
-            f"{len(tokenizer)} tokens: not a token of this tokenizer"
-        )
+    # An id past the tokenizer (an unused embedding row, as the Qwen3 recipe's 151669) is fine; a
+    # mask chosen by name must still be that name's id in this tokenizer.
+    if tokenizer is not None and recorded_mask_token:
+        now = tokenizer.convert_tokens_to_ids(recorded_mask_token)
+        if now != draft.mask_token_id:
+            problems.append(
+                f"mask_token: draft trained with {recorded_mask_token!r} = id "
+                f"{draft.mask_token_id}, the target tokenizer maps it to {now}"
+            )
     theta = _rope_theta(target)
     if theta is not None and abs(draft.rope_theta - theta) > 1e-6 * theta:
         problems.append(
@@ -158,5 +164,8 @@ def checkpoint_fit_problems(
         tokenizer,
         recorded_tokenizer_hash=prov.get(TOKENIZER_HASH_KEY),
         trained_layout=prov.get("dspark_config") or None,
+        recorded_mask_token=((prov.get("resolved_config") or {}).get("draft") or {}).get(
+            "mask_token"
+        ),
         has_own_embedding=has_embed,
     )

@@ -55,20 +55,20 @@ def _other_target(root: Path, name: str, **config) -> Path:
     return out
 
 
-def _small_tokenizer_target(root: Path) -> Path:
-    """Same model, a tokenizer of 50 tokens (the draft's mask id 60 is not one of them)."""
-    out = _copy(root / "target", root / "small_tok")
-    words = ["<pad>", "<eos>", "<mask>", "<unk>"] + [f"w{i}" for i in range(46)]
+def _moved_mask_target(root: Path) -> Path:
+    """Same model, a tokenizer in which '<mask>' is id 5 instead of 2."""
+    out = _copy(root / "target", root / "moved_mask")
+    words = ["<pad>", "<eos>", "w0", "<unk>", "w1", "<mask>"] + [f"w{i}" for i in range(2, 92)]
     tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (out / f).unlink(missing_ok=True)
-    PreTrainedTokenizerFast(
-        tokenizer_object=tk, eos_token="<eos>", pad_token="<pad>"
-    ).save_pretrained(out)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<eos>", pad_token="<pad>")
+    tok.save_pretrained(out)
     return out
 
 
+NAMED_MASK = {"draft": {"mask_token": "<mask>"}}
 # field -> (how to break the pair, expected words of the refusal)
 CASES = {
     "hidden size": (
@@ -88,12 +88,16 @@ CASES = {
     ),
     "mask token": (
         lambda root, t, d: (
-            _small_tokenizer_target(root),
+            _moved_mask_target(root),
             _draft_with(
-                d, root / "mask60", {"mask_token_id": 60, "dflash_config.mask_token_id": 60}
+                d, root / "named_mask", {}, {"resolved_config": {"draft": {"mask_token": "<mask>"}}}
             ),
         ),
-        "mask_token_id: draft 60, the target tokenizer has 50 tokens",
+        "mask_token: draft trained with '<mask>' = id 2, the target tokenizer maps it to 5",
+    ),
+    "mask id": (
+        lambda root, t, d: (_other_target(root, "small_vocab", vocab_size=2), d),
+        "mask_token_id: draft 2, target vocab is [0, 2): outside it",
     ),
     "block layout": (
         lambda root, t, d: (
@@ -175,3 +179,19 @@ def _fresh(root: Path, field: str) -> Path:
     d.mkdir()
     (d / "target").symlink_to(root / "target", target_is_directory=True)
     return d
+
+
+def test_mask_id_past_the_tokenizer_is_allowed(pair):
+    """Qwen3's recipe feeds id 151669 = len(tokenizer), an unused embedding row: not a misfit."""
+    from common.checkpoint import read_config
+    from common.target_fit import fit_problems, target_text_config
+
+    root, target, draft = pair
+    cfg = read_config(draft)
+    cfg.mask_token_id = 95  # the last embedding row
+    small = type("Tok", (), {"__len__": lambda self: 60})()
+    assert fit_problems(cfg, target_text_config(target), small) == []
+    cfg.mask_token_id = 96
+    assert any(
+        "mask_token_id: draft 96" in p for p in fit_problems(cfg, target_text_config(target))
+    )
