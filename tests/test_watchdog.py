@@ -225,3 +225,49 @@ def test_sidecar_reads_vllm_counters_and_applies_the_rule(monkeypatch):
     assert bad.alarm and bad.drafts == 300 and bad.realized[0] == pytest.approx(0.03)
     good = poll("http://x/metrics", AcceptanceWatchdog([0.05, 0.5, 0.4]), 0.0, max_polls=2)
     assert not good.alarm and good.drafts == 300
+
+
+def test_sidecar_parser_reads_prometheus_clients_own_exposition(served):
+    """vLLM and the embedded server render counters with the same library: parse a real page."""
+    target, draft, _, _, _ = served
+    engine = _engine(target, draft)
+    with TestClient(build_app(engine, "m")) as client:
+        r = client.post("/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 10})
+        assert r.status_code == 200
+        parsed = spec_stats_from_metrics(client.get("/metrics").text)
+    assert parsed == engine.stats.spec and parsed.num_drafts > 0
+
+
+def test_launch_with_vllm_starts_the_sidecar_before_exec(tmp_path, monkeypatch, capsys):
+    import os
+
+    from common.checkpoint import save_checkpoint
+    from serve import launch, watchdog
+    from tests.conftest import tiny_model
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    prov = {"expected_acceptance": {"per_position": [0.7, 0.5, 0.4, 0.3], "source": "held-out"}}
+    ckpt = save_checkpoint(tiny_model(num_hidden_layers=1), tmp_path / "d", provenance=prov)
+    bare = save_checkpoint(tiny_model(num_hidden_layers=1), tmp_path / "bare")
+    events = []
+    monkeypatch.setattr(launch, "probe_vllm_version", lambda: "0.34.0")
+    monkeypatch.setattr(launch, "probe_cuda_devices", lambda: 1)
+    monkeypatch.setattr(launch.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(launch, "exec_command", lambda cmd: events.append(("exec", cmd)))
+    monkeypatch.setattr(
+        watchdog.subprocess, "Popen", lambda cmd, **kw: events.append(("sidecar", cmd)) or 1
+    )
+    argv = [f"target={target}", f"checkpoint={ckpt}", "engine=vllm", "port=8123"]
+    assert launch.main(argv) == 0
+    assert [e[0] for e in events] == ["sidecar", "exec"]
+    cmd = events[0][1]
+    assert cmd[1:3] == ["-m", "serve.watchdog"]
+    assert cmd[cmd.index("--metrics-url") + 1] == "http://127.0.0.1:8123/metrics"
+    assert cmd[cmd.index("--parent-pid") + 1] == str(os.getpid())  # exec keeps the pid
+    assert "acceptance watchdog: sidecar" in capsys.readouterr().out
+    # Without recorded acceptance there is nothing to watch: no sidecar, vLLM still starts.
+    events.clear()
+    assert launch.main([f"target={target}", f"checkpoint={bare}", "engine=vllm"]) == 0
+    assert [e[0] for e in events] == ["exec"]
