@@ -91,10 +91,17 @@ def _tensor_bytes(obj) -> int:
 
 
 def expected_save_bytes(accelerator, output_dir: Path) -> int:
-    """What the next save writes: the tensors of every prepared model and optimizer, or the size of
-    the newest checkpoint on disk if that is larger."""
-    now = sum(_tensor_bytes(m.state_dict()) for m in accelerator._models)
-    now += sum(_tensor_bytes(o.state_dict()) for o in accelerator._optimizers)
+    """What the next save writes: the parameters, buffers and optimizer state of every prepared
+    model and optimizer, or the size of the newest checkpoint on disk if that is larger. Read from
+    the tensors directly, never through `state_dict()`, which under FSDP is a collective (this runs
+    on the main process only)."""
+    now = 0
+    for m in getattr(accelerator, "_models", []):
+        now += sum(_tensor_bytes(t) for t in (*m.parameters(), *m.buffers()))
+    for o in getattr(accelerator, "_optimizers", []):
+        now += sum(_tensor_bytes(st) for st in getattr(o, "optimizer", o).state.values())
+    if str(accelerator.distributed_type).endswith("FSDP"):  # each rank holds a shard
+        now *= accelerator.num_processes
     dirs = checkpoint_dirs(output_dir)
     return max(now + SAVE_OVERHEAD_BYTES, _dir_bytes(dirs[-1]) if dirs else 0)
 
