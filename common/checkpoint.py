@@ -11,16 +11,21 @@ Speculators layout: the same weights; config.json carries `speculators_config` s
 
 Every writer builds the folder in a temp dir next to the destination, validates it with
 `common.contract.check_checkpoint` and renames it into place: nothing half-written is ever final.
+A write that fails at any call (disk full, `OSError`, kill) leaves the previous folder as it was;
+free space is checked first (`check_free_space`) so a save that cannot fit is refused up front.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,9 @@ from common.config import DSparkConfig
 from common.contract import check_checkpoint
 from common.model import DSparkDraftModel
 
+# Free space demanded beyond the expected bytes of a save: a fraction of it plus a fixed floor
+# (filesystem blocks, metadata, the JSON files).
+FREE_SPACE_MARGIN, FREE_SPACE_FLOOR = 0.10, 16 << 20
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "safetensors", "dspark", "vllm")
 
 
@@ -56,6 +64,25 @@ def export_state_dict(model: DSparkDraftModel, dtype=torch.bfloat16, include_emb
             continue
         out[name] = t.to(torch.float32 if name.startswith(FP32_KEYS_PREFIX) else dtype)
     return {k: v.detach().contiguous().cpu() for k, v in out.items()}
+
+
+class NoSpaceForSave(OSError):
+    """A save refused before writing anything because the disk cannot hold it."""
+
+
+def check_free_space(where: str | os.PathLike, need_bytes: int, what: str) -> None:
+    """Refuse (`NoSpaceForSave`, with the sizes) a write of `need_bytes` into `where` when the
+    filesystem has less free than that plus the margin."""
+    want = int(need_bytes * (1 + FREE_SPACE_MARGIN)) + FREE_SPACE_FLOOR
+    free = shutil.disk_usage(where).free
+    if free < want:
+        mib = 1 << 20
+        raise NoSpaceForSave(
+            f"not enough free space for {what}: it needs about {need_bytes / mib:.1f} MiB "
+            f"({want / mib:.1f} MiB with the safety margin) but {where} has "
+            f"{free / mib:.1f} MiB free. Free some space (or lower trainer.keep_last), or write "
+            "elsewhere (output_dir)."
+        )
 
 
 def git_sha(path: str | os.PathLike = ".") -> str | None:
@@ -126,10 +153,13 @@ def save_checkpoint(
     provenance: dict[str, Any] | None = None,
     verifier: str | None = None,
     overwrite: bool = True,
+    before_publish: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write `model` as a vLLM-loadable folder (`fmt` = "canonical" | "speculators").
 
     Validated before the rename into `out_dir`; raises `ValueError` listing every problem.
+    `before_publish(tmp_dir)` adds files (e.g. the model card) to the folder before the rename, so
+    they appear together with the weights or not at all.
     """
     cfg = model.config
     if fmt == "canonical":
@@ -142,28 +172,38 @@ def save_checkpoint(
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True or choose another directory")
     out.parent.mkdir(parents=True, exist_ok=True)
+    tensors = export_state_dict(model, dtype, include_embed)
+    need = sum(t.numel() * t.element_size() for t in tensors.values())
+    check_free_space(out.parent, need, f"checkpoint {out}")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        save_file(export_state_dict(model, dtype, include_embed), str(tmp / WEIGHTS_NAME))
+        save_file(tensors, str(tmp / WEIGHTS_NAME))
         prov = make_provenance(cfg, provenance)
         (tmp / PROVENANCE_NAME).write_text(json.dumps(prov, indent=2, default=str) + "\n")
         problems = check_checkpoint(tmp)
         if problems:
             raise ValueError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
+        if before_publish is not None:
+            before_publish(tmp)
         tmp.chmod(0o755)  # mkdtemp made it 0700: a server running as another user can't read it
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
 
 
-def _replace_dir(new: Path, out: Path) -> None:
-    """Rename `new` to `out`; an existing `out` is moved aside first and put back if the final
-    rename fails, so a failed write still leaves the old checkpoint at `out`."""
+def replace_dir(new: Path, out: Path) -> None:
+    """Put folder `new` at `out`. An existing `out` is swapped atomically with `new` where the
+    filesystem allows it (Linux `renameat2(RENAME_EXCHANGE)`; `new` then holds the old folder and
+    is deleted), so no instant exists, even under kill -9, at which `out` is missing. Elsewhere
+    `out` is moved aside first and put back if the second rename fails."""
     if not out.exists():
         new.rename(out)
+        return
+    if _exchange_dirs(new, out):
+        shutil.rmtree(new, ignore_errors=True)
         return
     trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))  # unique per call
     old = trash / out.name
@@ -179,6 +219,24 @@ def _replace_dir(new: Path, out: Path) -> None:
             trash.rmdir()
         raise
     shutil.rmtree(trash)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def _exchange_dirs(a: Path, b: Path) -> bool:
+    """Atomically swap two paths; False where the OS or filesystem cannot (then nothing moved)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def load_checkpoint(

@@ -1,6 +1,8 @@
-"""`python -m serve.check CKPT_DIR [--vllm]`: validate a DSpark checkpoint against the vLLM
-contract; prints one line per problem and exits 1 if there is any (0 when clean). A clean
-checkpoint also gets the `--speculative-config` that `serve.launch` would pass vLLM for it."""
+"""`python -m serve.check CKPT_DIR [--vllm] [--target PATH]`: validate a DSpark checkpoint against
+the vLLM contract and, with `--target`, against the target it will be served with (hidden size,
+vocab, layer ids, mask token, block layout, tokenizer: `common.target_fit`); prints one line per
+problem and exits 1 if there is any (0 when clean). A clean checkpoint also gets the
+`--speculative-config` that `serve.launch` would pass vLLM for it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from common.checkpoint import read_config
 from common.contract import check_checkpoint
 from common.spec_config import speculative_config
+from common.target_fit import checkpoint_fit_problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--vllm", action="store_true", help="also require what stock vLLM can serve (vanilla head)"
     )
+    ap.add_argument(
+        "--target", default=None, help="local target folder the draft will be served with"
+    )
     args = ap.parse_args(argv)
     problems = check_checkpoint(args.ckpt_dir, require_vllm_servable=args.vllm)
+    if args.target is not None and not problems:
+        problems = [f"target fit: {p}" for p in checkpoint_fit_problems(args.ckpt_dir, args.target)]
     for p in problems:
         print(f"{args.ckpt_dir}: {p}")
     if not problems:
-        print(f"{args.ckpt_dir}: OK")
+        print(f"{args.ckpt_dir}: OK" + (f" for target {args.target}" if args.target else ""))
         spec = speculative_config(read_config(args.ckpt_dir), args.ckpt_dir)
         print(f"vLLM: --speculative-config {shlex.quote(json.dumps(spec))}")
     return 1 if problems else 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 from functools import cache
+from pathlib import Path
 
 from common.checkpoint import read_config
 from common.config import ConfigError, DSparkConfig
@@ -68,12 +69,26 @@ def read_draft(cfg: ServeCfg) -> DSparkConfig | None:
         raise LaunchRefused(f"checkpoint={cfg.checkpoint}: cannot read its config: {e}") from None
 
 
+def refuse_unfit_draft(cfg: ServeCfg) -> None:
+    """The draft must fit the (local) target, field by field (common.target_fit)."""
+    if cfg.checkpoint is None or not Path(cfg.target).is_dir():
+        return
+    from common.target_fit import checkpoint_fit_problems
+
+    problems = checkpoint_fit_problems(cfg.checkpoint, cfg.target)
+    if problems:
+        raise LaunchRefused(
+            f"checkpoint {cfg.checkpoint} does not fit target {cfg.target} (python -m serve.check "
+            f"{cfg.checkpoint} --target {cfg.target}):\n  " + "\n  ".join(problems)
+        )
+
+
 def launch(overrides: list[str]) -> int:
     cfg = compose_serve_config(overrides)
     for note in check_paths(cfg):
         say(note)
     draft = read_draft(cfg)
-    # Checks of the target against the draft belong here: one call, before any engine is chosen.
+    refuse_unfit_draft(cfg)  # before any engine is chosen or started
     vllm_version = probes.probe_vllm_version()
     gpus = cache(probes.probe_cuda_devices)
     needs_gpus = (cfg.engine == "auto" and vllm_supported(vllm_version)) or (

@@ -27,6 +27,7 @@ from serve.vllm_args import (
     decide_batch_sharded_sampling,
     resolve_num_speculative_tokens,
 )
+from serve.watchdog import spawn_sidecar
 
 SEQUENTIAL_SAMPLING_LOG = "DSpark sequential sampling stays replicated across TP ranks"
 
@@ -100,5 +101,7 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
         )
     if probes.which("vllm") is None:
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", *cmd[1:]]
+    if spawn_sidecar(cfg.host, cfg.port, cfg.checkpoint) is not None:
+        say("acceptance watchdog: sidecar polling /metrics (python -m serve.watchdog)")
     probes.exec_command(cmd)
     return 0  # not reached: exec replaces this process

@@ -10,7 +10,13 @@ huggingface_hub 1.x and 2.x (read from `hf_api.py`, `_commit_api.py`, `_upload_p
     POST /api/{t}s/{ns}/{name}/commit/main   NDJSON: a header line, then base64 "file" lines
                                              (and deletedFile/deletedFolder)
     GET  /api/{t}s/{ns}/{name}[/revision/R]  repo_info (asked after an all-unchanged upload)
+    GET  /api/{t}s/{ns}/{name}/tree/main     list_repo_tree: path, size, git blob oid per file
     GET  /api/whoami-v2
+
+Faults: `hub.inject(op, times, kind)` makes the next `times` requests of `op` ("create", "tree",
+"preupload", "commit") fail: kind "503" answers 503; "drop" closes the connection unanswered;
+"drop_after" applies the request (e.g. commits it) and then closes the connection unanswered, as
+an upload interrupted after the Hub took it.
 
 Every request is logged in `hub.requests`; anything else is answered 404 and logged in
 `hub.unhandled`, so a test can assert the client took no path the fake does not model. What was
@@ -37,9 +43,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 _REPO_ROUTE = re.compile(
     r"^/api/(?P<type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"
-    r"(?:/(?P<op>preupload|commit|revision)/(?P<rev>.+))?$"
+    r"(?:/(?P<op>preupload|commit|revision|tree)/(?P<rev>.+))?$"
 )
 _TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
+FAULT_KINDS = ("503", "drop", "drop_after")
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -79,6 +86,8 @@ class FakeHub:
         self.repos: dict[str, FakeRepo] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) in arrival order
         self.unhandled: list[tuple[str, str]] = []
+        self.faults: list[list] = []  # [op, remaining, kind]
+        self.corrupt_paths: set[str] = set()  # committed with other bytes (a lossy Hub)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._timer: threading.Timer | None = None
@@ -123,6 +132,21 @@ class FakeHub:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def inject(self, op: str, times: int, kind: str = "503") -> None:
+        assert op in ("create", "tree", "preupload", "commit") and kind in FAULT_KINDS
+        with self._lock:
+            self.faults.append([op, times, kind])
+
+    def _take_fault(self, method: str, path: str) -> str | None:
+        m = _REPO_ROUTE.match(path)
+        op = "create" if path == "/api/repos/create" else (m["op"] if m else None)
+        with self._lock:
+            for fault in self.faults:
+                if fault[0] == op and fault[1] > 0:
+                    fault[1] -= 1
+                    return fault[2]
+        return None
+
     # ------------------------------------------------------------------ endpoints
     def handle(self, method: str, path: str, query: dict, headers, body: bytes) -> tuple[int, Any]:
         route = (method, path)
@@ -148,6 +172,13 @@ class FakeHub:
             repo = self._repo(repo_id, _TYPES[m["type"]])
             if op in ("revision", None) and method == "GET":
                 return 200, self._repo_info(repo)
+            if op == "tree" and method == "GET":
+                if rev != "main":
+                    raise _HubError(404, f"fake hub lists only main, not {rev}")
+                return 200, [
+                    {"type": "file", "path": p, "size": len(b), "oid": git_blob_sha1(b)}
+                    for p, b in sorted(repo.files.items())
+                ]
             if rev != "main":
                 raise _HubError(404, f"Revision Not Found for {repo_id}@{rev}", "RevisionNotFound")
             if op == "preupload" and method == "POST":
@@ -242,7 +273,10 @@ class FakeHub:
                 if key == "file":
                     if value.get("encoding") != "base64":
                         raise _HubError(400, f"unsupported encoding {value.get('encoding')!r}")
-                    files[value["path"]] = base64.b64decode(value["content"])
+                    data = base64.b64decode(value["content"])
+                    if value["path"] in self.corrupt_paths:
+                        data = b"corrupted:" + data[:8]
+                    files[value["path"]] = data
                 elif key == "deletedFile":
                     files.pop(value["path"], None)
                 elif key == "deletedFolder":
@@ -299,7 +333,13 @@ class _Handler(BaseHTTPRequestHandler):
         with hub._lock:
             hub.requests.append((method, split.path))
             over = len(hub.requests) > hub.max_requests
+        fault = hub._take_fault(method, split.path)
+        if fault == "drop":
+            self.close_connection = True
+            return
         try:
+            if fault == "503":
+                raise _HubError(503, "injected: service unavailable")
             if over:
                 threading.Thread(target=hub.stop, daemon=True).start()
                 raise _HubError(503, f"fake hub answers at most {hub.max_requests} requests")
@@ -312,6 +352,9 @@ class _Handler(BaseHTTPRequestHandler):
             extra = {"X-Error-Code": e.code} if e.code else {}
             if e.code:
                 extra["X-Error-Message"] = e.message
+        if fault == "drop_after":
+            self.close_connection = True
+            return
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

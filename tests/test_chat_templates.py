@@ -9,10 +9,10 @@ algorithm; the expected mask marks the tokens that overlap those substrings of t
 from pathlib import Path
 
 import pytest
+from scripts.tiny_target.tokenizer import SPLIT_PATTERN
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from scripts.tiny_target.tokenizer import SPLIT_PATTERN
 from train.data import BadRowError, ChatTemplateError, Renderer
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"

@@ -171,6 +171,8 @@ def test_failed_final_rename_restores_old_folder(tmp_path, monkeypatch):
         return real_rename(self, target)
 
     monkeypatch.setattr(pathlib.Path, "rename", rename)
+    # The two-rename fallback (filesystems without an atomic exchange) must restore the old folder.
+    monkeypatch.setattr("common.checkpoint._exchange_dirs", lambda a, b: False)
     with pytest.raises(OSError, match="rename failed"):
         save_checkpoint(tiny_model(seed=2), out)
     assert files(out) == before

@@ -83,3 +83,58 @@ def test_engine_failure_fails_in_flight_requests_and_keeps_serving():
         assert r.status_code == 200
         assert r.json()["choices"][0]["token_ids"] == reference_greedy(target, [5, 9], 8)
         assert not engine.scheduler.running and not engine.requests
+
+
+def test_requests_over_the_queue_limit_get_429_at_once_and_nothing_leaks():
+    """max_num_seqs=1 running + max_queued=1 waiting: with the engine held, a third request is
+    answered 429 immediately (streaming or not); once released, the two finish exactly and the
+    admission count, KV slots and engine requests all return to zero."""
+    import threading
+    import time
+
+    target = make_target(0)
+    opts = EngineOptions(target="<memory>", checkpoint="<memory>", dtype="float64", max_num_seqs=1)
+    engine = Engine(target, make_draft(target), opts, eos_token_ids=[])
+    gate, real_step = threading.Event(), engine.step
+    engine.step = lambda: (gate.wait(30), real_step())[1]
+    body = {"prompt": [5, 9], "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    with TestClient(build_app(engine, "m", max_queued=1)) as client:
+        srv = client.app.state.server
+        results = []
+        held = [
+            threading.Thread(
+                target=lambda: results.append(client.post("/v1/completions", json=body))
+            )
+            for _ in range(2)
+        ]
+        for t in held:
+            t.start()
+        deadline = time.time() + 30
+        while srv.admission.in_flight < 2:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        for stream in (False, True):
+            t0 = time.perf_counter()
+            r = client.post("/v1/completions", json={**body, "stream": stream})
+            assert r.status_code == 429 and time.perf_counter() - t0 < 5
+            err = r.json()["error"]
+            assert err["type"] == "RateLimitError" and "max_queued=1" in err["message"]
+        gate.set()
+        for t in held:
+            t.join(30)
+        ref = reference_greedy(target, [5, 9], 8)
+        assert [r.status_code for r in results] == [200, 200]
+        assert all(r.json()["choices"][0]["token_ids"] == ref for r in results)
+        with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+            assert r.status_code == 200 and "[DONE]" in r.read().decode()
+        m = scrape(client)
+    assert srv.admission.in_flight == 0
+    assert m["dspark:kv_slots_used"] == 0 and m["dspark:engine_requests"] == 0
+
+
+def test_max_queued_must_not_be_negative():
+    target = make_target(0)
+    opts = EngineOptions(target="<memory>", checkpoint=None, dtype="float64")
+    engine = Engine(target, None, opts, eos_token_ids=[])
+    with pytest.raises(ValueError, match="max_queued=-1"):
+        build_app(engine, "m", max_queued=-1)

@@ -1,5 +1,7 @@
 """train.push against tests.fake_hub: byte-identical upload, refusals before any request, offline
-mode, auth and network errors. HF_HUB_OFFLINE stays set except inside the `online` fixture."""
+mode, auth and network errors; injected Hub faults retried with backoff, resumed without re-sending
+what landed, success only once every hash matches. HF_HUB_OFFLINE stays set except inside the
+`online` fixture."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from huggingface_hub import constants
 from safetensors.torch import load_file, save_file
 
-from tests.fake_hub import FakeHub
+from tests.fake_hub import FakeHub, git_blob_sha1
 from tests.test_model_card import METRICS, RECIPE, write_tiny_checkpoint
 from train.model_card import write_model_card
 from train.push import PushFailed, PushRefused, main, push_checkpoint
@@ -146,4 +148,81 @@ def test_unreachable_endpoint_is_a_network_error(online, ckpt):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(PushFailed, match="could not reach"):
-        push_checkpoint(ckpt, "org/tiny-dspark", token=TOKEN, endpoint=f"http://127.0.0.1:{port}")
+        push_checkpoint(
+            ckpt,
+            "org/tiny-dspark",
+            token=TOKEN,
+            endpoint=f"http://127.0.0.1:{port}",
+            sleep=lambda s: None,
+        )
+
+
+# ---------------------------------------------------------------- injected Hub faults
+REPO = "org/tiny-dspark"
+
+
+def _push(ckpt, hub, sleeps, **kw):
+    return push_checkpoint(ckpt, REPO, token=TOKEN, endpoint=hub.url, sleep=sleeps.append, **kw)
+
+
+def _commits(hub):
+    return [(m, p) for m, p in hub.requests if p.endswith("/commit/main")]
+
+
+def _assert_landed(ckpt, hub):
+    repo = hub.repos[REPO]
+    assert sorted(repo.files) == FILES
+    for name in FILES:
+        assert git_blob_sha1(repo.files[name]) == git_blob_sha1((ckpt / name).read_bytes())
+
+
+def test_upload_failing_three_times_completes_with_hashes_verified(online, ckpt, hub):
+    hub.inject("commit", 2, "503")
+    hub.inject("commit", 1, "drop")  # the connection dies mid-upload
+    sleeps = []
+    url = _push(ckpt, hub, sleeps)
+    assert url.endswith(REPO)
+    _assert_landed(ckpt, hub)
+    assert sleeps == [2.0, 4.0, 8.0]  # exponential backoff, one wait per failure
+    assert len(_commits(hub)) == 4 and len(hub.repos[REPO].commits) == 1
+    # Verified by listing after the commit: the last request is the tree listing.
+    assert hub.requests[-1] == ("GET", f"/api/models/{REPO}/tree/main")
+    assert hub.unhandled == []
+
+
+def test_interrupted_after_the_hub_took_the_files_is_not_resent(online, ckpt, hub):
+    hub.inject("commit", 1, "drop_after")  # committed, but the answer never arrives
+    sleeps = []
+    _push(ckpt, hub, sleeps)
+    _assert_landed(ckpt, hub)
+    assert len(sleeps) == 1 and len(_commits(hub)) == 1 and len(hub.repos[REPO].commits) == 1
+
+
+def test_only_missing_or_changed_files_are_sent(online, ckpt, hub):
+    _push(ckpt, hub, [])
+    (ckpt / "README.md").write_text((ckpt / "README.md").read_text() + "\nmore\n")
+    _push(ckpt, hub, [])
+    commits = hub.repos[REPO].commits
+    assert len(commits) == 2 and commits[1]["paths"] == ["README.md"]
+    _push(ckpt, hub, [])  # nothing changed: no commit at all
+    assert len(hub.repos[REPO].commits) == 2
+
+
+def test_never_success_when_a_file_lands_with_other_bytes(online, ckpt, hub):
+    hub.corrupt_paths.add("model.safetensors")
+    sleeps = []
+    with pytest.raises(PushFailed, match=r"did not complete in 3 attempts.*model\.safetensors"):
+        _push(ckpt, hub, sleeps, attempts=3)
+    assert sleeps == [2.0, 4.0]
+
+
+def test_retries_are_bounded_and_auth_errors_are_not_retried(online, ckpt, hub):
+    hub.inject("commit", 10, "503")
+    sleeps = []
+    with pytest.raises(PushFailed, match="did not complete in 5 attempts"):
+        _push(ckpt, hub, sleeps, max_backoff_s=5.0)
+    assert sleeps == [2.0, 4.0, 5.0, 5.0]
+    assert len(_commits(hub)) == 5
+    with pytest.raises(PushFailed, match="authentication failed"):
+        push_checkpoint(ckpt, REPO, token="hf_wrong", endpoint=hub.url, sleep=sleeps.append)
+    assert len(sleeps) == 4

@@ -9,33 +9,25 @@ import torch
 
 from common.checkpoint import save_checkpoint
 from common.model import DSparkDraftModel
+from common.target_fit import TOKENIZER_HASH_KEY, load_target_tokenizer, tokenizer_hash
 
 EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dict, result) -> Path:
+    """Each folder (with its model card) appears complete or not at all: a write that fails at any
+    point leaves the earlier export of that folder as it was."""
     ecfg = cfg.export
     dtype = EXPORT_DTYPES[ecfg.dtype]
-    final = save_checkpoint(
-        draft,
-        output_dir / "final",
-        dtype=dtype,
-        include_embed=ecfg.include_embed,
-        provenance=provenance,
-        verifier=cfg.target.path,
-    )
-    if ecfg.speculators:
-        save_checkpoint(
-            draft,
-            output_dir / "final-speculators",
-            fmt="speculators",
-            dtype=dtype,
-            include_embed=ecfg.include_embed,
-            provenance=provenance,
-            verifier=cfg.target.path,
-        )
+    provenance = {**provenance, **_tokenizer_record(cfg.target.path)}
     metrics = dict(result.eval or result.train)
     per_pos = metrics.pop("acceptance_per_pos", [])
+    if per_pos:  # what the serving watchdog (serve/watchdog.py) compares the live acceptance with
+        provenance["expected_acceptance"] = {
+            "per_position": [float(a) for a in per_pos],
+            "source": "held-out evaluation" if result.eval else "last training step",
+            "measure": "conditional acceptance (1 - TV) of draft k given drafts 0..k-1 accepted",
+        }
     if result.eval_initial:
         metrics["untrained_analytic_tau"] = result.eval_initial["analytic_tau"]
     recipe = {
@@ -52,19 +44,47 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
         from train.model_card import write_model_card
     except ImportError:  # model card module not available: the checkpoint stands on its own
         write_model_card = None
-    if write_model_card is not None:
-        for d in [final] + ([output_dir / "final-speculators"] if ecfg.speculators else []):
-            write_model_card(
-                d,
-                target=cfg.target.path,
-                recipe=recipe,
-                metrics={k: v for k, v in metrics.items() if not isinstance(v, list)},
-                per_position_acceptance=per_pos,
-                repo_id=cfg.hub.repo_id,
-            )
+
+    def card_for(dest: Path):
+        if write_model_card is None:
+            return None
+        return lambda tmp: write_model_card(
+            tmp,
+            target=cfg.target.path,
+            recipe=recipe,
+            metrics={k: v for k, v in metrics.items() if not isinstance(v, list)},
+            per_position_acceptance=per_pos,
+            repo_id=cfg.hub.repo_id,
+            local_path=dest,
+        )
+
+    folders = [("canonical", output_dir / "final")]
+    if ecfg.speculators:
+        folders.append(("speculators", output_dir / "final-speculators"))
+    for fmt, dest in folders:
+        save_checkpoint(
+            draft,
+            dest,
+            fmt=fmt,
+            dtype=dtype,
+            include_embed=ecfg.include_embed,
+            provenance=provenance,
+            verifier=cfg.target.path,
+            before_publish=card_for(dest),
+        )
+    final = output_dir / "final"
     if cfg.hub.repo_id:
         from train.push import push_checkpoint
 
         url = push_checkpoint(final, cfg.hub.repo_id, private=cfg.hub.private)
         print(f"[distill] pushed {final} to {url}")
     return final
+
+
+def _tokenizer_record(target_path: str) -> dict:
+    """The target tokenizer's hash, so serving can tell another tokenizer (common.target_fit)."""
+    try:
+        tok = load_target_tokenizer(target_path)
+    except (OSError, ValueError):
+        tok = None
+    return {TOKENIZER_HASH_KEY: tokenizer_hash(tok)} if tok is not None else {}

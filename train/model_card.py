@@ -54,13 +54,14 @@ def write_model_card(
     metrics: Mapping[str, Any],
     per_position_acceptance: list[float],
     repo_id: str | None = None,
+    local_path: str | os.PathLike | None = None,
 ) -> Path:
     """Write `ckpt_dir/README.md` and return its path.
 
     `per_position_acceptance[k]` is the conditional acceptance (1 - TV) of draft k given drafts
     0..k-1 were accepted (docs/dspark.md): one value per speculative token, or empty if not
     measured. `repo_id` names the model in the launch commands; without it the folder's absolute
-    path is used.
+    path is used (`local_path` when the card is written into a temp folder before its rename).
     """
     ckpt = Path(ckpt_dir)
     cfg = read_config(ckpt)
@@ -78,7 +79,7 @@ def write_model_card(
         cfg,
         target=target,
         repo_id=repo_id,
-        local_path=str(ckpt.resolve()),
+        local_path=str(Path(local_path or ckpt).resolve()),
         recipe=recipe,
         metrics=metrics,
         per_position_acceptance=acc,
@@ -181,6 +182,14 @@ def render_model_card(
             "",
             f"Implied mean acceptance length (incl. the bonus token): {_fmt(tau)}.",
         ]
+        source = ((provenance or {}).get("expected_acceptance") or {}).get("source")
+        if source:
+            lines += [
+                "",
+                f"Measured on the {source}. These numbers are recorded in `{PROVENANCE_NAME}` "
+                "(`expected_acceptance`); the serving watchdog warns when the live acceptance "
+                "falls far below them.",
+            ]
     else:
         lines.append("Not measured.")
     lines += ["", "## Provenance", ""]

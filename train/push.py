@@ -1,7 +1,7 @@
 """Push an exported DSpark checkpoint to the Hugging Face Hub.
 
     python -m train.push CKPT_DIR --repo-id ORG/NAME [--private] [--token T] [--endpoint URL]
-        [--commit-message M] [--allow-no-card]
+        [--commit-message M] [--allow-no-card] [--attempts N]
 
 Design choices:
 - Everything that can be checked locally is checked before the first request, and every problem is
@@ -10,20 +10,31 @@ Design choices:
   push sends nothing.
 - `HF_HUB_OFFLINE=1` (or `TRANSFORMERS_OFFLINE=1`) is a refusal with the fix, not a stack trace:
   huggingface_hub would otherwise fail deep inside the upload.
-- Only `HfApi.create_repo(exist_ok=True)` and `HfApi.upload_folder`, which exist with the same
-  signatures in huggingface_hub 1.x and 2.x. `private` is sent only when asked for, so a new repo
-  otherwise gets the namespace's default visibility; an existing repo keeps its own.
-- Remote failures (auth, permissions, network, Hub errors) become `PushFailed` with one line saying
-  what to change (exit 1). The token is never printed.
+- Only `HfApi.create_repo(exist_ok=True)`, `list_repo_tree` and `create_commit`, which exist with
+  the same signatures in huggingface_hub 1.x and 2.x. `private` is sent only when asked for, so a
+  new repo otherwise gets the namespace's default visibility; an existing repo keeps its own.
+- Resumable and verified: the remote tree's hashes (git blob sha1, or sha256 for LFS files) are
+  compared with the local files; only missing or different files are committed, and the push
+  reports success only once a fresh listing shows every local file with its local hash.
+- Transient failures (network errors, HTTP 408/429/5xx, a listing that does not match yet) are
+  retried `attempts` times in all with exponential backoff (`backoff_s`, doubling, capped at
+  `max_backoff_s`; `sleep` is injectable for tests). Each retry re-lists first, so files that
+  landed before an interruption are not sent again.
+- Remote failures that retrying cannot fix (auth, permissions, other Hub errors) become `PushFailed`
+  at once with one line saying what to change (exit 1). The token is never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import hashlib
 import json
 import os
 import re
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common.checkpoint import PROVENANCE_NAME
@@ -35,6 +46,7 @@ from train.model_card import CARD_NAME
 IGNORE_PATTERNS = [".*", "*/.*", "*__pycache__*"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
 
 class PushRefused(ValueError):
@@ -106,32 +118,111 @@ def push_checkpoint(
     endpoint: str | None = None,
     commit_message: str | None = None,
     allow_no_card: bool = False,
+    attempts: int = 5,
+    backoff_s: float = 2.0,
+    max_backoff_s: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """Create `repo_id` (if needed) and upload the checkpoint folder; returns the repo URL.
+    """Create `repo_id` (if needed), upload what the Hub lacks, verify every hash; returns the URL.
 
-    Raises `PushRefused` (nothing sent) or `PushFailed` (the Hub or network said no).
-    `token`/`endpoint` default to huggingface_hub's own (HF_TOKEN, `hf auth login`, HF_ENDPOINT).
+    Raises `PushRefused` (nothing sent) or `PushFailed` (the Hub or network said no, or the files
+    did not all land within `attempts` tries). `token`/`endpoint` default to huggingface_hub's own
+    (HF_TOKEN, `hf auth login`, HF_ENDPOINT).
     """
     problems = preflight(ckpt_dir, repo_id, allow_no_card)
     if problems:
         raise PushRefused(ckpt_dir, problems)
-    from huggingface_hub import HfApi
+    if attempts < 1:
+        raise ValueError(f"attempts={attempts}: must be >= 1")
+    from huggingface_hub import CommitOperationAdd, HfApi
 
+    ckpt = Path(ckpt_dir)
     api = HfApi(endpoint=endpoint, token=token)
-    try:
-        url = api.create_repo(
-            repo_id, repo_type="model", private=True if private else None, exist_ok=True
-        )
-        api.upload_folder(
-            repo_id=repo_id,
-            repo_type="model",
-            folder_path=str(ckpt_dir),
-            commit_message=commit_message or _default_commit_message(Path(ckpt_dir)),
-            ignore_patterns=list(IGNORE_PATTERNS),
-        )
-    except Exception as e:
-        raise PushFailed(_explain(e, repo_id, api.endpoint)) from e
-    return str(url)
+    local = local_file_hashes(ckpt)
+    message = commit_message or _default_commit_message(ckpt)
+    url, missing = None, sorted(local)
+    for attempt in range(1, attempts + 1):
+        try:
+            if url is None:
+                url = api.create_repo(
+                    repo_id, repo_type="model", private=True if private else None, exist_ok=True
+                )
+            todo = unmatched(local, remote_file_hashes(api, repo_id))
+            if todo:
+                api.create_commit(
+                    repo_id=repo_id,
+                    repo_type="model",
+                    operations=[
+                        CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(ckpt / p))
+                        for p in todo
+                    ],
+                    commit_message=message,
+                )
+            missing = unmatched(local, remote_file_hashes(api, repo_id))
+            if not missing:
+                return str(url)
+            why = f"after the upload the Hub lacks or differs on {missing}"
+        except Exception as e:
+            if not _retryable(e):
+                raise PushFailed(_explain(e, repo_id, api.endpoint)) from e
+            why = _explain(e, repo_id, api.endpoint)
+        if attempt < attempts:
+            delay = min(max_backoff_s, backoff_s * 2 ** (attempt - 1))
+            print(
+                f"[push] attempt {attempt}/{attempts} failed: {why}; retrying in {delay:.1f}s",
+                file=sys.stderr,
+            )
+            sleep(delay)
+    raise PushFailed(
+        f"push of {repo_id} to {api.endpoint} did not complete in {attempts} attempts: {why}. "
+        "Run the same command again: files that landed with matching hashes are not re-sent."
+    )
+
+
+def _ignored(rel: str) -> bool:
+    return any(fnmatch.fnmatch(rel, pat) for pat in IGNORE_PATTERNS)
+
+
+def local_file_hashes(ckpt: Path) -> dict[str, tuple[str, str]]:
+    """path in repo -> (git blob sha1, sha256) of every file that is pushed."""
+    out = {}
+    for f in sorted(ckpt.rglob("*")):
+        rel = f.relative_to(ckpt).as_posix()
+        if f.is_file() and not _ignored(rel):
+            data = f.read_bytes()
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            out[rel] = (blob, hashlib.sha256(data).hexdigest())
+    return out
+
+
+def remote_file_hashes(api, repo_id: str) -> dict[str, tuple[str, str | None]]:
+    """path -> (git blob id, LFS sha256 or None) of the repo's main branch."""
+    from huggingface_hub.hf_api import RepoFile
+
+    out = {}
+    for entry in api.list_repo_tree(repo_id, repo_type="model", recursive=True):
+        if isinstance(entry, RepoFile):
+            lfs = entry.lfs.sha256 if entry.lfs is not None else None
+            out[entry.path] = (entry.blob_id, lfs)
+    return out
+
+
+def unmatched(local: dict, remote: dict) -> list[str]:
+    """Local files the remote lacks or holds with another hash."""
+    bad = []
+    for path, (blob, sha256) in local.items():
+        got = remote.get(path)
+        if got is None or (got[1] != sha256 if got[1] is not None else got[0] != blob):
+            bad.append(path)
+    return bad
+
+
+def _retryable(e: Exception) -> bool:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(e, HfHubHTTPError):
+        return getattr(e.response, "status_code", None) in RETRY_STATUS
+    return isinstance(e, _transport_errors())
 
 
 def _default_commit_message(ckpt: Path) -> str:
@@ -200,6 +291,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--allow-no-card", action="store_true", help="push even without a README.md model card"
     )
+    p.add_argument(
+        "--attempts", type=int, default=5, help="tries in all for transient failures (backoff)"
+    )
     return p.parse_args(argv)
 
 
@@ -214,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoint=args.endpoint,
             commit_message=args.commit_message,
             allow_no_card=args.allow_no_card,
+            attempts=args.attempts,
         )
     except PushRefused as e:
         print(e, file=sys.stderr)

@@ -106,6 +106,7 @@ class TrainerCfg:
     progress: bool = True
     threads: int | None = None  # torch CPU threads (null: leave as is)
     step_delay_s: float = 0.0  # debugging aid: pause after each step (the crash/resume test)
+    max_bad_batches: int = 0  # non-finite loss/grad batches to skip (no step) before stopping
 
 
 @dataclass

@@ -1,23 +1,41 @@
-"""Training checkpoints: atomic, rotating, exactly resumable.
+"""Training checkpoints: atomic, rotating, exactly resumable, never lost to a failed write.
 
 Layout: OUTPUT/checkpoints/step-000050/ = accelerate's `save_state` (model, optimizer, scheduler,
-RNG of every rank) + `trainer_state.json` (step, data-loader position, run fingerprint). A
-checkpoint is written to a hidden temp folder and renamed into place only when every rank is done,
-so a crash mid-write never leaves a half checkpoint that `latest_checkpoint` would pick up.
-Anchors are drawn from generators keyed by (seed, step, rank, micro), so no extra RNG is saved.
+RNG of every rank) + `trainer_state.json` (step, data-loader position, run fingerprint), and
+OUTPUT/checkpoints/LAST_GOOD naming the checkpoint to resume from.
+
+Design choices:
+- A checkpoint is written to a hidden temp folder and renamed into place only when every rank is
+  done, so a crash, a kill -9 or an `OSError` mid-write never leaves a half checkpoint that
+  `latest_checkpoint` would pick up; a failed save removes its temp folder and re-raises.
+- `LAST_GOOD` is rewritten (temp file + `os.replace`) after each complete save and read first by
+  `latest_checkpoint`: a run that diverges marks the checkpoint before the bad step there, and
+  nothing written later by a broken run can take its place.
+- Free space is checked before writing (`common.checkpoint.check_free_space`): the expected size is
+  the larger of the newest checkpoint on disk and the tensors about to be written, plus a margin.
+- Rotation renames an old checkpoint to a hidden name before deleting it, so a kill during the
+  delete never leaves a half-deleted `step-*` folder that looks complete.
+Anchors are drawn from generators keyed by (seed, step, row), so no extra RNG is saved.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
+import torch
+
+from common.checkpoint import check_free_space, replace_dir
 from train.setup import SetupError
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 STATE_NAME = "trainer_state.json"
+LAST_GOOD_NAME = "LAST_GOOD"
+# accelerate's RNG/sampler/scheduler pickles and the JSON state, beyond the tensors counted below.
+SAVE_OVERHEAD_BYTES = 1 << 20
 
 
 def checkpoint_dirs(output_dir: Path) -> list[Path]:
@@ -28,9 +46,64 @@ def checkpoint_dirs(output_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found) if (p / STATE_NAME).exists()]
 
 
+def last_good_checkpoint(output_dir: Path) -> Path | None:
+    """The checkpoint `LAST_GOOD` names, if that folder is complete; None otherwise."""
+    marker = output_dir / "checkpoints" / LAST_GOOD_NAME
+    try:
+        name = marker.read_text().strip()
+    except OSError:
+        return None
+    ckpt = marker.parent / name
+    return ckpt if STEP_RE.match(name) and (ckpt / STATE_NAME).exists() else None
+
+
 def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The checkpoint to resume from: `LAST_GOOD` when it names a complete one, else the newest."""
+    marked = last_good_checkpoint(output_dir)
+    if marked is not None:
+        return marked
     dirs = checkpoint_dirs(output_dir)
     return dirs[-1] if dirs else None
+
+
+def mark_last_good(output_dir: Path, ckpt: Path) -> None:
+    root = output_dir / "checkpoints"
+    tmp = root / f".{LAST_GOOD_NAME}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(ckpt.name + "\n")
+        os.replace(tmp, root / LAST_GOOD_NAME)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _dir_bytes(d: Path) -> int:
+    return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def expected_save_bytes(accelerator, output_dir: Path) -> int:
+    """What the next save writes: the parameters, buffers and optimizer state of every prepared
+    model and optimizer, or the size of the newest checkpoint on disk if that is larger. Read from
+    the tensors directly, never through `state_dict()`, which under FSDP is a collective (this runs
+    on the main process only)."""
+    now = 0
+    for m in getattr(accelerator, "_models", []):
+        now += sum(_tensor_bytes(t) for t in (*m.parameters(), *m.buffers()))
+    for o in getattr(accelerator, "_optimizers", []):
+        now += sum(_tensor_bytes(st) for st in getattr(o, "optimizer", o).state.values())
+    if str(accelerator.distributed_type).endswith("FSDP"):  # each rank holds a shard
+        now *= accelerator.num_processes
+    dirs = checkpoint_dirs(output_dir)
+    return max(now + SAVE_OVERHEAD_BYTES, _dir_bytes(dirs[-1]) if dirs else 0)
 
 
 def save_checkpoint_state(accelerator, output_dir: Path, step: int, state: dict, keep_last: int):
@@ -38,17 +111,28 @@ def save_checkpoint_state(accelerator, output_dir: Path, step: int, state: dict,
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}"
     if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        check_free_space(root, expected_save_bytes(accelerator, output_dir), f"checkpoint {final}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(output_dir=str(tmp), safe_serialization=True)
-    accelerator.wait_for_everyone()
+    try:
+        accelerator.save_state(output_dir=str(tmp), safe_serialization=True)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (tmp / STATE_NAME).write_text(json.dumps({**state, "step": step}, indent=2))
+            replace_dir(tmp, final)
+            mark_last_good(output_dir, final)
+    except BaseException:
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if accelerator.is_main_process:
-        (tmp / STATE_NAME).write_text(json.dumps({**state, "step": step}, indent=2))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
         for old in checkpoint_dirs(output_dir)[:-keep_last] if keep_last > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+            if old != final:
+                doomed = old.with_name(f".old-{old.name}")
+                old.rename(doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 

@@ -4,6 +4,13 @@ One optimizer step = `grad_accum` micro-batches per rank. Their anchors and loss
 computed first and summed over micro-batches and ranks, so each micro-batch backprops
 `num_local / den_global` (x world size, undoing DDP's gradient averaging): the global (num, den)
 ratio, divided last, independent of how the batch is split.
+
+Divergence: a non-finite micro-batch loss or gradient norm (agreed over ranks) cancels the step
+before the optimizer sees it: no update, no scheduler step. Up to `trainer.max_bad_batches` such
+batches are skipped (counted as `bad_batches` in the train metrics, each logged as a `skip` record
+with its rows); the next one stops the run with `TrainingDiverged` naming the step and the training
+rows, after saving (or re-marking) the state before that step as `LAST_GOOD`, so `resume=true`
+continues from there exactly.
 """
 
 from __future__ import annotations
@@ -21,10 +28,23 @@ from common.model import DSparkDraftModel
 from common.target import TargetCapture, target_head_weights
 from train.blocks import anchor_blocks, capture_batch
 from train.data import build_dataloader
+from train.data.sampler import epoch_order
 from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
-from train.state import latest_checkpoint, load_checkpoint_state, save_checkpoint_state
+from train.setup import SetupError
+from train.state import (
+    checkpoint_dirs,
+    latest_checkpoint,
+    load_checkpoint_state,
+    mark_last_good,
+    save_checkpoint_state,
+)
+
+
+class TrainingDiverged(FloatingPointError):
+    """A non-finite loss or gradient norm with no bad-batch allowance left; the message names the
+    step, the rows and the checkpoint to resume from."""
 
 
 @dataclass
@@ -63,6 +83,8 @@ class Trainer:
         self.cfg, self.acc, self.target = cfg, accelerator, target
         self.output_dir, self.fingerprint = output_dir, fingerprint
         tc = cfg.trainer
+        if tc.max_bad_batches < 0:
+            raise SetupError(f"trainer.max_bad_batches={tc.max_bad_batches}: must be >= 0")
         self.capture = TargetCapture(target, draft.config.target_layer_ids, check_finite=True)
         self.teacher_head = target_head_weights(target)[1]
         objective = DistillObjective(draft, cfg.loss)
@@ -91,13 +113,15 @@ class Trainer:
                 f"training data gives no full batch of {tc.micro_batch_size} x {self.world} rows "
                 "per rank: lower trainer.micro_batch_size or add data"
             )
-        self.eval_ds = eval_ds
+        self.train_ds, self.eval_ds = train_ds, eval_ds
         self.step = 0
+        self.bad_batches = 0  # non-finite batches skipped so far (trainer.max_bad_batches)
         self._iter = None
         ckpt = latest_checkpoint(output_dir) if cfg.resume else None
         if ckpt is not None:
             state = load_checkpoint_state(accelerator, ckpt, fingerprint)
             self.step = int(state["step"])
+            self.bad_batches = int(state.get("bad_batches", 0))
             self.loader.load_state_dict(state["loader"])
             accelerator.print(f"[distill] resumed from {ckpt} at step {self.step}")
         self.log = RunLogger(
@@ -121,15 +145,42 @@ class Trainer:
             batch, draft.config, draft.t2d, cfg.trainer.num_anchors, cfg.seed, step, cfg.loss.decay
         )
 
+    def _position(self) -> tuple[int, int]:
+        """(epoch, consumed) of the batch just drawn: it holds rows [consumed - B*W, consumed)."""
+        return self.loader.epoch, self.loader.consumed
+
+    def _rows_of(self, positions: list[tuple[int, int]]) -> list[int]:
+        """Indices into the training dataset (every rank) of the batches drawn at `positions`."""
+        tc, n = self.cfg.trainer, len(self.train_ds)
+        per_step = tc.micro_batch_size * self.world
+        rows = []
+        for epoch, consumed in positions:
+            order = epoch_order(n, self.cfg.seed, epoch, shuffle=self.loader.shuffle)
+            rows += [int(i) for i in order[consumed - per_step : consumed]]
+        return rows
+
+    def _describe_rows(self, rows: list[int]) -> str:
+        text = (
+            f"training rows {rows} (indices into the tokenized, packed training set of "
+            f"data.train={self.cfg.data.train!r} built with seed={self.cfg.seed})"
+        )
+        cols = self.train_ds.column_names
+        source = next((c for c in ("row_index", "source_rows", "row_ids") if c in cols), None)
+        if source is not None:
+            text += f"; source rows of data.train: {[self.train_ds[i][source] for i in rows]}"
+        return text
+
     def _reduce(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: self.acc.reduce(v.detach().float(), reduction="sum") for k, v in sums.items()}
 
     # ------------------------------------------------------------------ steps
     def train_step(self) -> dict:
         tc = self.cfg.trainer
-        micro = []
+        loader_before = self.loader.state_dict()
+        micro, positions = [], []
         for _ in range(tc.grad_accum):
             batch = self._next_batch()
+            positions.append(self._position())
             micro.append((batch, *self._prepare(batch, self.step)))
         dens = {}
         for _, _, _, tg in micro:
@@ -138,6 +189,7 @@ class Trainer:
         dens = self._reduce(dens)
         totals: dict[str, torch.Tensor] = {}
         tokens = 0
+        finite = torch.ones((), device=self.acc.device)
         for i, (batch, anchors, valid, tg) in enumerate(micro):
             cap = capture_batch(self.capture, batch)
             sync = i == len(micro) - 1
@@ -147,10 +199,22 @@ class Trainer:
                     cap.aux, cap.final, self.teacher_head, batch, anchors, valid, tg, dens
                 )
                 self.acc.backward(loss * self.world)
+            finite = finite * torch.isfinite(loss.detach()).all().float()
             for k, v in sums.items():
                 totals[k] = totals.get(k, 0) + v
             tokens += batch["input_ids"].numel()
         grad_norm = self.acc.clip_grad_norm_(self.objective.parameters(), self.cfg.optim.clip)
+        # One rank's bad loss must cancel the step everywhere (the grad norm is already global).
+        bad_ranks = self.world - self.acc.reduce(finite, reduction="sum").item()
+        if bad_ranks > 0 or not math.isfinite(float(grad_norm)):
+            self.opt.zero_grad(set_to_none=True)
+            what = "loss" if bad_ranks > 0 else "gradient norm"
+            return {
+                "skipped": True,
+                "reason": f"non-finite {what} (grad_norm={float(grad_norm)})",
+                "rows": self._rows_of(positions),
+                "loader_before": loader_before,
+            }
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
@@ -163,6 +227,7 @@ class Trainer:
         out["grad_norm"] = float(grad_norm)
         out["lr"] = self.sched.get_last_lr()[0]
         out["tokens"] = tokens * self.world
+        out["bad_batches"] = self.bad_batches
         return out
 
     @torch.no_grad()
@@ -196,10 +261,54 @@ class Trainer:
         self.objective.train()
         return summarize(self._reduce(totals)) if totals else None
 
-    def save(self) -> None:
-        state = {"loader": self.loader.state_dict(), "fingerprint": self.fingerprint}
-        save_checkpoint_state(
+    def save(self, loader_state: dict | None = None):
+        state = {
+            "loader": loader_state or self.loader.state_dict(),
+            "fingerprint": self.fingerprint,
+            "bad_batches": self.bad_batches,
+        }
+        return save_checkpoint_state(
             self.acc, self.output_dir, self.step, state, self.cfg.trainer.keep_last
+        )
+
+    def _skip_or_stop(self, bad: dict) -> None:
+        """Skip the bad batch while the allowance lasts; else keep the state before it and stop."""
+        tc, step = self.cfg.trainer, self.step + 1
+        rows = self._describe_rows(bad["rows"])
+        if self.bad_batches < tc.max_bad_batches:
+            self.bad_batches += 1
+            self.acc.print(
+                f"[distill] step {step}: {bad['reason']}; skipped batch {self.bad_batches}/"
+                f"{tc.max_bad_batches} (no optimizer step): {rows}"
+            )
+            self.log.log(
+                self.step,
+                "skip",
+                {"reason": bad["reason"], "rows": bad["rows"], "bad_batches": self.bad_batches},
+            )
+            return
+        # No update happened, so the weights, optimizer and scheduler are still those after step
+        # `self.step`; with the data position from before this batch this is that step's state.
+        done = {p.name: p for p in checkpoint_dirs(self.output_dir)}
+        ckpt = done.get(f"step-{self.step:06d}")
+        if self.step == 0:
+            ckpt = None
+        elif ckpt is None:
+            ckpt = self.save(bad["loader_before"])
+        elif self.acc.is_main_process:
+            mark_last_good(self.output_dir, ckpt)
+        self.log.close()
+        resume = (
+            f"The state after step {self.step} is kept in {ckpt} (marked LAST_GOOD): fix the data "
+            "or lower optim.lr and rerun with resume=true, or set trainer.max_bad_batches=N to "
+            "skip up to N such batches"
+            if ckpt is not None
+            else "Nothing was trained yet: fix the data or the learning rate and start again"
+        )
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {bad['reason']} on {rows}; "
+            f"{self.bad_batches} bad batch(es) already skipped (trainer.max_bad_batches="
+            f"{tc.max_bad_batches}). {resume}."
         )
 
     def fit(self) -> RunResult:
@@ -220,7 +329,11 @@ class Trainer:
         last, t0 = {}, time.perf_counter()
         while self.step < tc.max_steps:
             t = time.perf_counter()
-            last = self.train_step()
+            out = self.train_step()
+            if out.get("skipped"):
+                self._skip_or_stop(out)
+                continue
+            last = out
             self.step += 1
             last["tokens_per_s"] = last["tokens"] / (time.perf_counter() - t)
             if self.step % tc.log_every == 0 or self.step == tc.max_steps:

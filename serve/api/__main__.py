@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--served-model-name", default=None)
+    ap.add_argument(
+        "--max-queued",
+        type=int,
+        default=256,
+        help="requests waiting for a slot beyond --max-num-seqs; more are answered 429",
+    )
     a = ap.parse_args(argv)
     try:
         opts = EngineOptions(
@@ -43,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             max_model_len=a.max_model_len,
             seed=a.seed,
         )
-        run_server(opts, a.host, a.port, a.served_model_name)
+        if a.max_queued < 0:
+            raise OptionsError(f"--max-queued={a.max_queued}: must be >= 0")
+        run_server(opts, a.host, a.port, a.served_model_name, max_queued=a.max_queued)
     except OptionsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

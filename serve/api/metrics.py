@@ -12,11 +12,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from serve.engine import Engine
+from serve.watchdog import AcceptanceWatchdog, metric_families
 
 
 class EngineCollector:
-    def __init__(self, engine: Engine, model_name: str):
-        self.engine, self.model_name = engine, model_name
+    def __init__(self, engine: Engine, model_name: str, watchdog: AcceptanceWatchdog | None = None):
+        self.engine, self.model_name, self.watchdog = engine, model_name, watchdog
 
     def _counter(self, name, doc, value, extra=None):
         labels = ["model_name", *(extra or {})]
@@ -34,6 +35,16 @@ class EngineCollector:
         yield self._counter("vllm:request_success", "Finished requests.", s.requests_finished)
         yield self._counter("dspark:request_aborted", "Aborted requests.", s.requests_aborted)
         yield self._counter("dspark:engine_steps", "Engine steps run.", s.steps)
+        # Leak detectors, read live (len() is atomic): slots not on the free list and request
+        # objects the engine still holds. Both must be 0 whenever the server is idle.
+        slots_used = self.engine.opts.max_num_seqs - self.engine.scheduler.num_free_slots
+        for name, doc, val in (
+            ("dspark:kv_slots_used", "KV cache slots in use.", slots_used),
+            ("dspark:engine_requests", "Requests held by the engine.", len(self.engine.requests)),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["model_name"])
+            g.add_metric([m], val)
+            yield g
         for name, val in (("running", s.num_running), ("waiting", s.num_waiting)):
             g = GaugeMetricFamily(
                 f"vllm:num_requests_{name}", f"Requests {name}.", labels=["model_name"]
@@ -64,11 +75,15 @@ class EngineCollector:
         for phase in ("backbone", "markov", "verify", "prefill", "context"):
             t.add_metric([m, phase], getattr(s, f"time_{phase}"))
         yield t
+        if self.watchdog is not None:
+            yield from metric_families(self.watchdog.observe(sp), m)
 
 
-def make_registry(engine: Engine, model_name: str) -> CollectorRegistry:
+def make_registry(
+    engine: Engine, model_name: str, watchdog: AcceptanceWatchdog | None = None
+) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(EngineCollector(engine, model_name))
+    reg.register(EngineCollector(engine, model_name, watchdog))
     return reg
 
 

@@ -25,6 +25,7 @@ class APIError(Exception):
         kind = {
             400: "BadRequestError",
             404: "NotFoundError",
+            429: "RateLimitError",
             500: "InternalServerError",
             503: "ServiceUnavailableError",
         }.get(self.status, "BadRequestError")

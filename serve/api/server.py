@@ -3,7 +3,12 @@
 Routes: POST /v1/completions, POST /v1/chat/completions (both `stream: true` as SSE ending in
 `data: [DONE]`), GET /v1/models, /health, /metrics (Prometheus, vLLM names).
 Errors are OpenAI-style `{"error": {message, type, param, code}}` bodies: 400 for malformed
-JSON / invalid fields / token limits, 404 for an unknown model, 503 when the engine is down.
+JSON / invalid fields / token limits, 404 for an unknown model, 429 when `max_queued` requests
+already wait for a slot (answered at once: a full server never leaves a client hanging), 503 when
+the engine is down.
+The acceptance watchdog (serve/watchdog.py) runs when the checkpoint records its acceptance: it
+is fed every `WATCHDOG_INTERVAL_S` and on each /metrics scrape, warns on the log and exposes
+`dspark:acceptance_watchdog_*` gauges.
 A client that disconnects (mid-stream or while waiting) has its request aborted; the others
 keep running.
 """
@@ -20,13 +25,39 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from serve.api.async_engine import AsyncEngine
 from serve.api.metrics import make_registry, render
 from serve.api.protocol import APIError, ChatCompletionRequest, CompletionRequest, parse
 from serve.engine import Engine, EngineOptions, SamplingParams
+from serve.watchdog import AcceptanceWatchdog, WatchdogRule, expected_acceptance
 
 logger = logging.getLogger("serve.api")
+WATCHDOG_INTERVAL_S = 5.0
+DEFAULT_MAX_QUEUED = 256  # requests waiting for a slot beyond the max_num_seqs running ones
+
+
+class Admission:
+    """Requests admitted and not finished; `release` is idempotent (a stream may end through its
+    generator's `finally` and through the response's background task)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.in_flight = limit, 0
+
+    def try_admit(self):
+        if self.in_flight >= self.limit:
+            return None
+        self.in_flight += 1
+        done = False
+
+        def release():
+            nonlocal done
+            if not done:
+                done = True
+                self.in_flight -= 1
+
+        return release
 
 
 class Detokenizer:
@@ -49,12 +80,35 @@ class Detokenizer:
 class Server:
     """Request handling shared by the routes; owns the AsyncEngine."""
 
-    def __init__(self, engine: Engine, served_model_name: str):
+    def __init__(
+        self,
+        engine: Engine,
+        served_model_name: str,
+        watchdog_rule: WatchdogRule | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+    ):
+        if max_queued < 0:
+            raise ValueError(f"max_queued={max_queued}: must be >= 0")
         self.engine, self.name = engine, served_model_name
         self.tokenizer = engine.tokenizer
         self.max_model_len = engine.opts.max_model_len
         self.aengine = AsyncEngine(engine)
-        self.registry = make_registry(engine, served_model_name)
+        self.max_queued = max_queued
+        self.admission = Admission(engine.opts.max_num_seqs + max_queued)
+        expected = expected_acceptance(engine.opts.checkpoint) if engine.num_spec else None
+        self.watchdog = AcceptanceWatchdog(expected, watchdog_rule) if expected else None
+        self.registry = make_registry(engine, served_model_name, self.watchdog)
+
+    def watch_acceptance(self):
+        """One watchdog reading from the engine's current counters (None without a watchdog)."""
+        if self.watchdog is None:
+            return None
+        return self.watchdog.observe(self.engine.stats.snapshot().spec)
+
+    async def watch_forever(self) -> None:
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL_S)
+            self.watch_acceptance()
 
     # ------------------------------------------------------------------ inputs
     def check_model(self, model: str | None) -> None:
@@ -124,13 +178,35 @@ class Server:
         self.check_model(req.model)
         prompt_ids = self.chat_prompt(req) if chat else self.completion_prompt(req)
         params = self.sampling_params(req, prompt_ids)
+        release = self.admission.try_admit()
+        if release is None:
+            raise APIError(
+                f"the server is at capacity: {self.admission.in_flight} requests in flight "
+                f"(max_num_seqs={self.engine.opts.max_num_seqs} running + max_queued="
+                f"{self.max_queued} waiting). Retry later.",
+                429,
+            )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        gen = self.aengine.generate(prompt_ids, params, rid)
+        gen = self._released(self.aengine.generate(prompt_ids, params, rid), release)
         if req.stream:
             include_usage = bool((req.stream_options or {}).get("include_usage"))
             body = self._stream(gen, rid, prompt_ids, chat, include_usage, req.return_token_ids)
-            return StreamingResponse(body, media_type="text/event-stream")
-        return await self._complete(gen, http, rid, prompt_ids, chat, req.return_token_ids)
+            return StreamingResponse(
+                body, media_type="text/event-stream", background=BackgroundTask(release)
+            )
+        try:
+            return await self._complete(gen, http, rid, prompt_ids, chat, req.return_token_ids)
+        finally:
+            release()
+
+    @staticmethod
+    async def _released(gen, release):
+        try:
+            async for out in gen:
+                yield out
+        finally:
+            release()
+            await gen.aclose()
 
     def _usage(self, prompt_ids, out_ids):
         n, m = len(prompt_ids), len(out_ids)
@@ -215,14 +291,25 @@ class Server:
         yield "data: [DONE]\n\n"
 
 
-def build_app(engine: Engine, served_model_name: str) -> FastAPI:
-    """The FastAPI app; the engine thread starts and stops with the app's lifespan."""
-    srv = Server(engine, served_model_name)
+def build_app(
+    engine: Engine,
+    served_model_name: str,
+    watchdog_rule: WatchdogRule | None = None,
+    max_queued: int = DEFAULT_MAX_QUEUED,
+) -> FastAPI:
+    """The FastAPI app; the engine thread (and the watchdog's timer) start and stop with the app's
+    lifespan."""
+    srv = Server(engine, served_model_name, watchdog_rule, max_queued)
 
     @asynccontextmanager
     async def lifespan(_app):
         srv.aengine.start()
+        timer = asyncio.ensure_future(srv.watch_forever()) if srv.watchdog else None
+        if srv.watchdog is None and engine.num_spec:
+            logger.info("acceptance watchdog off: the checkpoint records no acceptance")
         yield
+        if timer is not None:
+            timer.cancel()
         srv.aengine.shutdown()
 
     app = FastAPI(title="dspark", lifespan=lifespan)
@@ -266,7 +353,11 @@ def build_app(engine: Engine, served_model_name: str) -> FastAPI:
 
 
 def run_server(
-    opts: EngineOptions, host: str, port: int, served_model_name: str | None = None
+    opts: EngineOptions,
+    host: str,
+    port: int,
+    served_model_name: str | None = None,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> None:
     """Load the engine from `opts` and serve until interrupted (blocking)."""
     import uvicorn
@@ -278,4 +369,5 @@ def run_server(
     name = served_model_name or opts.target
     mode = f"DSpark N={engine.num_spec}" if engine.num_spec else "target-only"
     logger.info("serving %s (%s) on http://%s:%d", name, mode, host, port)
-    uvicorn.run(build_app(engine, name), host=host, port=port, log_level="info")
+    app = build_app(engine, name, max_queued=max_queued)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -14,6 +14,7 @@ from torch import nn
 
 from common.checkpoint import load_checkpoint, read_config
 from common.config import DSparkConfig
+from common.target_fit import fit_problems
 from serve.engine.options import EngineOptions, OptionsError
 
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -39,35 +40,7 @@ def check_target(model: nn.Module) -> None:
 
 def check_pair(model: nn.Module, draft_cfg: DSparkConfig, tokenizer=None) -> None:
     """Raise OptionsError if the draft was not built for this target (and tokenizer)."""
-    cfg = _text_config(model)
-    problems = []
-    if draft_cfg.vocab_size != cfg.vocab_size:
-        problems.append(
-            f"vocab mismatch: draft vocab_size={draft_cfg.vocab_size}, target "
-            f"vocab_size={cfg.vocab_size}: the draft was trained for another tokenizer/target"
-        )
-    if draft_cfg.target_hidden_size != cfg.hidden_size:
-        problems.append(
-            f"draft target_hidden_size={draft_cfg.target_hidden_size} but the target's "
-            f"hidden_size={cfg.hidden_size}: wrong target for this draft"
-        )
-    n = cfg.num_hidden_layers
-    missing = [i for i in draft_cfg.target_layer_ids if not 0 <= i < n - 1]
-    if missing:
-        problems.append(
-            f"the target has {n} layers and lacks the draft's target_layer_ids {missing} "
-            f"(valid 0..{n - 2}): wrong target for this draft"
-        )
-    elif draft_cfg.target_num_hidden_layers != n:
-        problems.append(
-            f"draft target_num_hidden_layers={draft_cfg.target_num_hidden_layers}, target has "
-            f"{n}: wrong target for this draft"
-        )
-    if tokenizer is not None and len(tokenizer) > cfg.vocab_size:
-        problems.append(
-            f"tokenizer has {len(tokenizer)} tokens but the model vocab is {cfg.vocab_size}: "
-            "tokenizer and target do not belong together"
-        )
+    problems = fit_problems(draft_cfg, _text_config(model).to_dict(), tokenizer)
     if problems:
         raise OptionsError("draft/target mismatch:\n  " + "\n  ".join(problems))
 

@@ -50,3 +50,8 @@ class Scheduler:
     @property
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
+
+    @property
+    def num_free_slots(self) -> int:
+        """Slots on the free list: max_num_seqs whenever nothing runs, unless one leaked."""
+        return len(self._free)
