@@ -150,9 +150,10 @@ def no_engine(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("an engine was started or probed before the refusal")
 
-    monkeypatch.setattr(launch, "exec_command", forbidden)
-    monkeypatch.setattr(launch, "probe_vllm_version", forbidden)
-    monkeypatch.setattr(launch, "probe_cuda_devices", forbidden)
+    from serve import launch_probes
+
+    for probe in ("exec_command", "probe_vllm_version", "probe_cuda_devices"):
+        monkeypatch.setattr(launch_probes, probe, forbidden)
     import serve.api.server
 
     monkeypatch.setattr(serve.api.server, "run_server", forbidden)
