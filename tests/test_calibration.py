@@ -86,11 +86,11 @@ def test_engine_scheduler_sees_calibrated_confidences(tmp_path, monkeypatch):
     save_target(target, tmp_path / "target")
     save_draft(draft, tmp_path / "draft")
     seen = []
-    real = eng_mod.plan_verify_lengths
+    real = eng_mod.plan_budgeted_verify_lengths
     monkeypatch.setattr(
         eng_mod,
-        "plan_verify_lengths",
-        lambda conf, sps: seen.append(conf.clone()) or real(conf, sps),
+        "plan_budgeted_verify_lengths",
+        lambda conf, table: seen.append(conf.clone()) or real(conf, table),
     )
 
     def run():

@@ -27,7 +27,8 @@ step function up to the capture limit, linear interpolation past it, linear extr
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,3 +172,54 @@ def plan_budgeted_verify_lengths(
     cost = table.step_costs(r, longest_prefix_by_budget(confidence, num_drafts))
     budget = choose_draft_budget(confidence, num_drafts, cost)
     return allocate_draft_budget(confidence, num_drafts, budget)
+
+
+def profile_padded_costs(
+    draft_step: Callable[[int], object],
+    verify_step: Callable[[int, int], object],
+    max_num_reqs: int,
+    num_drafts: int,
+    *,
+    warmup: int = 1,
+    iters: int = 2,
+    sync: Callable[[], None] | None = None,
+) -> PaddedCostTable:
+    """Time `draft_step(R)` and `verify_step(R, q)` (a dense [R, q] target forward) and build
+    the padded cost table: measured at R = 1, 2, 4, ..., max_num_reqs and every q = 1..N+1,
+    linear in R between measured sizes. Costs are made non-decreasing in q (vLLM's running
+    max: timing noise must not make a wider batch look cheaper)."""
+    sync = sync or _default_sync
+
+    def ms(fn) -> float:
+        for _ in range(warmup):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        return 1000.0 * (time.perf_counter() - t0) / iters
+
+    sizes = sorted({1, max_num_reqs, *[2**i for i in range(max_num_reqs.bit_length())]})
+    sizes = [s for s in sizes if s <= max_num_reqs]
+    draft = {r: ms(lambda r=r: draft_step(r)) for r in sizes}
+    verify = {}
+    for r in sizes:
+        row = [ms(lambda r=r, q=q: verify_step(r, q)) for q in range(1, num_drafts + 2)]
+        verify[r] = np.maximum.accumulate(np.asarray([0.0, *row]))
+    xs = np.asarray(sizes, dtype=np.float64)
+    draft_ms = [0.0] + [
+        float(np.interp(r, xs, [draft[s] for s in sizes])) for r in range(1, max_num_reqs + 1)
+    ]
+    grid = np.stack([verify[s] for s in sizes])  # [len(sizes), N + 2]
+    verify_ms = [[0.0] * (num_drafts + 2)] + [
+        [float(np.interp(r, xs, grid[:, q])) for q in range(num_drafts + 2)]
+        for r in range(1, max_num_reqs + 1)
+    ]
+    meta = {"warmup": warmup, "iters": iters, "profiled_num_reqs": sizes}
+    return PaddedCostTable(draft_ms, verify_ms, meta)
+
+
+def _default_sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()

@@ -116,6 +116,7 @@ class DraftRunner:
         temperature: torch.Tensor,  # [R]
         seeds: torch.Tensor,  # [R]
         want_confidence: bool = False,
+        on_slot_logits=None,
     ) -> Proposal:
         model, cfg = self.model, self.cfg
         t0 = self._clock()
@@ -133,7 +134,15 @@ class DraftRunner:
 
         # Draft j predicts position p+1+j; its draw is keyed by p+j (P_0 = p+1).
         walk = sampler.walk(
-            model, base, hidden, anchors, temperature, seeds, ctx_lens + 1, want_confidence
+            model,
+            base,
+            hidden,
+            anchors,
+            temperature,
+            seeds,
+            ctx_lens + 1,
+            want_confidence,
+            on_slot_logits,
         )
         t2 = self._clock()
         return Proposal(walk, t1 - t0, t2 - t1)

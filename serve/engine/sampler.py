@@ -1,10 +1,10 @@
 """The engine's one sampling seam: the Markov walk, target sampling and verification.
 
-Everything random in the engine goes through `Sampler`. The probabilistic backend is
-`common.sampling` (keyed Gumbel sampling, the Markov walk with its sampled-from distributions,
-lossless rejection verification with per-request verify lengths). Without it the seam falls back
-to a minimal greedy implementation (argmax walk, exact-match verification) and refuses
-temperature > 0.
+Everything random in the engine goes through `Sampler`, backed by `common.sampling` (keyed Gumbel
+sampling, the Markov walk with its sampled-from distributions, lossless rejection verification
+with per-request verify lengths). All-greedy rounds take a plain argmax walk and exact-match
+verification (the backend would draw and discard noise for them). `use_fp64_gumbel` is vLLM's
+`--use-fp64-gumbel`: float64 noise for draft, correction, bonus and target draws.
 
 Keys follow vLLM's DSpark speculator: the draw producing the token at position P is keyed by
 (request seed, P - 1); drafting, accept uniforms and target/bonus draws use separate streams.
@@ -19,11 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-try:  # the probabilistic backend; optional so greedy serving never depends on it
-    import common.sampling as _lib
-    from common.sampling import plan_verify_lengths
-except ImportError:  # pragma: no cover - exercised only where common.sampling is absent
-    _lib = plan_verify_lengths = None
+from common.sampling import Stream, gumbel_sample, markov_walk, rejection_verify
 
 
 @dataclass
@@ -57,12 +53,16 @@ class Verdict:
     accepted: torch.Tensor
 
 
-def greedy_walk(model, base, hidden, anchors, want_confidence: bool) -> Walk:
-    """Argmax Markov walk (fallback). base: [R, N, Vd], hidden: [R, N, H], anchors: [R]."""
+def greedy_walk(model, base, hidden, anchors, want_confidence: bool, on_slot_logits=None) -> Walk:
+    """Argmax Markov walk. base: [R, N, Vd], hidden: [R, N, H], anchors: [R]; on_slot_logits as
+    in `common.sampling.markov_walk`."""
     prev, state, ids, embeds = anchors, None, [], []
     for j in range(base.shape[1]):
         bias, e, state = model.markov_step(prev, hidden[:, j], state)
-        prev = model.map_draft_to_target((base[:, j] + bias).argmax(-1))  # [R] target ids
+        logits = base[:, j] + bias  # [R, Vd]
+        if on_slot_logits is not None:
+            on_slot_logits(j, logits)
+        prev = model.map_draft_to_target(logits.argmax(-1))  # [R] target ids
         ids.append(prev)
         embeds.append(e)
     conf = None
@@ -74,7 +74,7 @@ def greedy_walk(model, base, hidden, anchors, want_confidence: bool) -> Walk:
 
 
 def greedy_verify(target_logits, draft_ids, verify_len) -> Verdict:
-    """Accept while draft == target argmax (fallback). target_logits: [R, N+1, V]."""
+    """Accept while draft == target argmax. target_logits: [R, N+1, V]."""
     target_ids = target_logits.argmax(-1)  # [R, N+1]
     n = draft_ids.shape[1]
     offered = torch.arange(n, device=draft_ids.device) < verify_len.view(-1, 1)
@@ -84,38 +84,42 @@ def greedy_verify(target_logits, draft_ids, verify_len) -> Verdict:
 
 
 class Sampler:
-    """mode: "greedy" | "probabilistic" drafting; topk: the checkpoint's dspark_draft_topk.
+    """mode: "greedy" | "probabilistic" drafting; topk: the checkpoint's dspark_draft_topk;
+    fp64: float64 Gumbel noise (vLLM's use_fp64_gumbel).
 
     Per-row tensors: temperature [R] float, seeds [R] int64.
     """
 
-    def __init__(self, mode: str, topk: int | None = None):
-        self.mode, self.topk = mode, topk
-        self.lib = _lib
+    def __init__(self, mode: str, topk: int | None = None, fp64: bool = False):
+        self.mode, self.topk, self.fp64 = mode, topk, fp64
 
     @property
     def probabilistic_available(self) -> bool:
-        return self.lib is not None
+        """Always True now that common.sampling is a hard dependency; serve/api still asks."""
+        return True
 
-    def _check(self, temperature: torch.Tensor) -> bool:
-        """True if any row samples; raises when that needs the missing backend."""
-        random = bool((temperature > 0).any())
-        if random and self.lib is None:
-            raise NotImplementedError(
-                "temperature > 0 needs common.sampling, which is not installed: use temperature 0"
-            )
-        return random
-
-    def walk(self, model, base, hidden, anchors, temperature, seeds, first_pos, want_confidence):
+    def walk(
+        self,
+        model,
+        base,
+        hidden,
+        anchors,
+        temperature,
+        seeds,
+        first_pos,
+        want_confidence,
+        on_slot_logits=None,
+    ):
         """The sequential stage. base: [R, N, Vd] base logits U, hidden: [R, N, H], anchors: [R]
-        target ids, first_pos: [R] position P_0 = p + 1 of draft slot 0 (slot k keyed P_0+k-1)."""
-        random = self._check(temperature) and self.mode == "probabilistic"
-        if self.lib is None or (not random and self.topk is None):
+        target ids, first_pos: [R] position P_0 = p + 1 of draft slot 0 (slot k keyed P_0+k-1);
+        on_slot_logits(k, logits): each slot's sampled-from logits (the acceptance estimator)."""
+        random = bool((temperature > 0).any()) and self.mode == "probabilistic"
+        if not random and self.topk is None:
             # All-greedy rounds skip the backend: it draws (and discards) Gumbel noise for
             # greedy rows to keep shapes static, which costs more than the argmax itself here.
-            return greedy_walk(model, base, hidden, anchors, want_confidence)
+            return greedy_walk(model, base, hidden, anchors, want_confidence, on_slot_logits)
         temp = temperature if random else torch.zeros_like(temperature)
-        out = self.lib.markov_walk(
+        out = markov_walk(
             model,
             base,
             hidden,
@@ -126,15 +130,18 @@ class Sampler:
             topk=self.topk,
             probs="compact" if random else "none",
             with_confidence=want_confidence,
+            fp64=self.fp64,
+            on_slot_logits=on_slot_logits,
         )
         return Walk(out.draft_ids, out.draft_probs, out.confidence)
 
     def sample_target(self, logits, temperature, seeds, key_pos) -> torch.Tensor:
         """[R, V] target logits -> [R] ids; key_pos = the sampled token's position - 1."""
-        if not self._check(temperature):
+        if not bool((temperature > 0).any()):
             return logits.argmax(-1)
-        lib = self.lib
-        return lib.gumbel_sample(logits, temperature, seeds, key_pos, stream=lib.Stream.TARGET)
+        return gumbel_sample(
+            logits, temperature, seeds, key_pos, stream=Stream.TARGET, fp64=self.fp64
+        )
 
     def verify(
         self, target_logits, walk: Walk, temperature, seeds, first_pos, verify_len
@@ -146,9 +153,9 @@ class Sampler:
             tok = self.sample_target(target_logits[:, 0], temperature, seeds, first_pos - 1)
             none = walk.draft_ids.new_zeros(r)
             return Verdict(none, tok.view(r, 1), none.new_zeros(r, 0, dtype=torch.bool))
-        if not self._check(temperature):
+        if not bool((temperature > 0).any()):
             return greedy_verify(target_logits, walk.draft_ids, verify_len)
-        out = self.lib.rejection_verify(
+        out = rejection_verify(
             walk.draft_ids,
             walk.draft_probs,
             target_logits,
@@ -156,5 +163,6 @@ class Sampler:
             seeds,
             first_pos,
             verify_len,
+            fp64=self.fp64,
         )
         return Verdict(out.num_accepted, out.output_ids, out.accepted)
