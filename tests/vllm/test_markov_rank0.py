@@ -1,0 +1,130 @@
+"""A `markov_rank=0` export (DSpark with the Markov head off: DFlash drafting in DSpark's format)
+loads and runs in vLLM's `Qwen3DSparkForCausalLM`.
+
+vLLM builds a rank-0 Markov head whatever the config says (Embedding(V, 0), Linear(0, Vd)): two
+empty parameters that our export does not write (there is nothing to write). Checked here:
+1. every non-empty vLLM parameter is filled from our file (poison check) and equals our tensor;
+   the only ones left unloaded are the by-design ones and the two empty Markov matrices;
+2. vLLM's Markov bias is identically zero and its head functions match ours;
+3. the block forward through vLLM's CPU attention and vLLM's greedy sequential loop give our
+   hidden states and our draft tokens (with and without a confidence head without Markov input).
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from common.model import inference_block_mask
+from tests.vllm import harness as H
+from tests.vllm.ckpts import checkpoint_tensors, make_draft
+from tests.vllm.test_backbone import grouped_knorm_ok, per_layer_knorm
+
+pytestmark = pytest.mark.vllm
+
+ATOL = RTOL = 1e-4
+VARIANTS = {
+    "no-confidence": dict(enable_confidence_head=False, confidence_head_with_markov=False),
+    "confidence-without-markov": dict(confidence_head_with_markov=False),
+}
+EMPTY_MARKOV = {"model.markov_head.markov_w1.weight", "model.markov_head.markov_w2.weight"}
+
+
+@pytest.fixture(scope="module")
+def rank0(random_target, vllm_workdir):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            path, ours = make_draft(
+                random_target, vllm_workdir / f"r0_{name}", markov_rank=0, **VARIANTS[name]
+            )
+            n = ours.config.num_speculative_tokens
+            vc = H.engine_config(
+                random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
+            )
+            cache[name] = (path, ours.eval(), H.load_draft(vc))
+        return cache[name]
+
+    return get
+
+
+def close(a, b, what):
+    torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL, msg=lambda s: f"{what}: {s}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rank0_export_fills_every_nonempty_vllm_parameter(rank0, variant):
+    path, ours, draft = rank0(variant)
+    assert ours.markov_head is None and ours.config.markov_rank == 0
+    unfilled = set(draft.unfilled) - H.UNLOADED_BY_DESIGN
+    assert unfilled <= EMPTY_MARKOV, f"vLLM left non-empty parameters unloaded: {unfilled}"
+    params = dict(draft.model.named_parameters())
+    for name in EMPTY_MARKOV & set(params):
+        assert params[name].numel() == 0, f"{name} is not empty in vLLM: {params[name].shape}"
+    expected = H.expected_vllm_params(checkpoint_tensors(path))
+    for name, want in expected.items():
+        have = draft.loaded[name]
+        if want.shape != have.shape:  # vocab-sized rows padded to a multiple of 64
+            pad = have.new_zeros(have.shape)
+            pad[: want.shape[0]] = want.to(have.dtype)
+            want = pad
+        assert torch.equal(have, want.to(have.dtype)), f"{name}: vLLM's value differs"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@torch.no_grad()
+def test_rank0_drafts_in_vllm_equal_ours(rank0, variant):
+    _, ours, draft = rank0(variant)
+    cfg, vm = ours.config, draft.model
+    if not grouped_knorm_ok(vm.model):  # CPU-only kernel deviation, see test_backbone
+        vm.model._normalize_context_k = types.MethodType(per_layer_knorm, vm.model)
+    g = torch.Generator().manual_seed(5)
+    prev = torch.randint(0, cfg.vocab_size, (9,), generator=g)
+    e = vm.markov_embed(prev)
+    assert e.shape == (9, 0)
+    assert torch.count_nonzero(vm.markov_bias(e)) == 0  # DFlash: no transition bias
+
+    ctx_lens = [4, 17, 1]
+    r, b = len(ctx_lens), cfg.block_size
+    aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g)
+    anchors = torch.randint(7, cfg.vocab_size, (r,), generator=g)
+    block_ids = ours.block_input_ids(anchors)
+    hidden_v = H.block_forward(draft, vm.combine_hidden_states(aux), ctx_lens, block_ids)
+    cmax = max(ctx_lens)
+    ctx = torch.zeros(r, cmax, cfg.fc_input_size)
+    pos = torch.zeros(r, cmax, dtype=torch.long)
+    start = 0
+    for i, c in enumerate(ctx_lens):
+        ctx[i, :c], pos[i, :c] = aux[start : start + c], torch.arange(c)
+        start += c
+    lens = torch.tensor(ctx_lens)
+    block_pos = lens.unsqueeze(1) + torch.arange(b)
+    hidden_o = ours.backbone(
+        block_ids, block_pos, ours.context_kv(ctx, pos), inference_block_mask(lens, cmax, b)
+    )
+    close(hidden_v, hidden_o, "block hidden states")
+
+    # vLLM's sequential loop (DSparkSpeculator._sample_markov_chain, greedy) against ours.
+    n, off = cfg.num_speculative_tokens, cfg.draft_slot_offset
+    h_v, h_o = hidden_v[:, off : off + n], hidden_o[:, off : off + n]
+    base_v = vm.compute_draft_logits(h_v.reshape(r * n, -1)).view(r, n, -1)
+    prev_v, prev_o, toks_v, toks_o, emb_v, emb_o = anchors, anchors, [], [], [], []
+    for i in range(n):
+        ev = vm.markov_embed(prev_v)
+        emb_v.append(ev)
+        prev_v = vm.map_draft_to_target((base_v[:, i] + vm.markov_bias(ev)).argmax(-1))
+        toks_v.append(prev_v)
+        bias, eo, _ = ours.markov_step(prev_o, h_o[:, i])
+        emb_o.append(eo)
+        prev_o = ours.map_draft_to_target((ours.compute_draft_logits(h_o[:, i]) + bias).argmax(-1))
+        toks_o.append(prev_o)
+    assert torch.equal(torch.stack(toks_v, 1), torch.stack(toks_o, 1))
+    if cfg.enable_confidence_head:
+        conf_v = vm.compute_confidence(h_v.reshape(r * n, -1), torch.stack(emb_v, 1).flatten(0, 1))
+        conf_o = ours.compute_confidence(
+            h_o.reshape(r * n, -1), torch.stack(emb_o, 1).flatten(0, 1)
+        )
+        close(conf_v, conf_o, "confidence")
