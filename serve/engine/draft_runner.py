@@ -129,7 +129,8 @@ class DraftRunner:
         mask = inference_block_mask(ctx_lens, c, q)  # [R, Q, C+Q]
         hidden = model.backbone(block_ids, block_pos, self._context(rows, c), mask)  # [R, Q, H]
         hidden = hidden[:, cfg.draft_slot_offset :]  # [R, N, H]
-        base = model.compute_draft_logits(hidden)  # [R, N, Vd]
+        # [R, N, Vd]; a batch-sharded sampler computes vocab shards of it itself.
+        base = None if sampler.group is not None else model.compute_draft_logits(hidden)
         t1 = self._clock()
 
         # Draft j predicts position p+1+j; its draw is keyed by p+j (P_0 = p+1).

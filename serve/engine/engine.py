@@ -29,6 +29,7 @@ import logging
 import time
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from common.sampling.acceptance_estimator import OnlineAcceptanceEstimator
@@ -39,6 +40,7 @@ from common.sampling.draft_budget import (
     plan_budgeted_verify_lengths,
     profile_padded_costs,
 )
+from common.sampling.sharded import sharding_disabled_reason
 from serve.engine.draft_runner import DraftRunner
 from serve.engine.kv_cache import round_up
 from serve.engine.loader import (
@@ -93,7 +95,6 @@ class Engine:
             else None
         )
         topk = draft.config.dspark_draft_topk if draft is not None else None
-        self.sampler = Sampler(opts.draft_sampling, topk, fp64=opts.use_fp64_gumbel)
         self.adaptive = draft is not None and opts.adaptive_verification
         # Without a confidence head vLLM falls back to its online acceptance estimator.
         self.estimator = (
@@ -101,6 +102,8 @@ class Engine:
             if self.adaptive and not draft.config.enable_confidence_head
             else None
         )
+        group = self._sampling_group(draft, topk)
+        self.sampler = Sampler(opts.draft_sampling, topk, fp64=opts.use_fp64_gumbel, group=group)
         self.cost = self._verify_cost() if self.adaptive else None
         # STS-calibrated confidences for the scheduler, when the checkpoint was calibrated.
         self.conf_temperatures = (
@@ -114,6 +117,36 @@ class Engine:
         self.stat_logger = StatLogger()
         self._ids = itertools.count()
         self._pending: list[RequestOutput] = []
+
+    def _sampling_group(self, draft, topk):
+        """The torch.distributed group for batch-sharded sampling, or None (replicated), for
+        vLLM's reasons in vLLM's order (common.sampling.sharding_disabled_reason)."""
+        tp = self.opts.tp
+        if tp == 1:
+            return None
+        if not dist.is_initialized() or dist.get_world_size() != tp:
+            have = dist.get_world_size() if dist.is_initialized() else "no process group"
+            raise OptionsError(
+                f"tp={tp} needs torch.distributed initialised with {tp} ranks (got {have}): "
+                "launch every rank (e.g. torchrun --nproc-per-node N) and call "
+                "init_process_group before building the engine."
+            )
+        if draft is None:
+            return None
+        reason = sharding_disabled_reason(
+            model=draft,
+            tp_size=tp,
+            use_acceptance_estimator=self.estimator is not None,
+            draft_topk=topk,
+            communicator=dist.group.WORLD,
+        )
+        if reason is not None:
+            logger.info(
+                "DSpark sequential sampling stays replicated across %d ranks: %s", tp, reason
+            )
+            return None
+        logger.info("DSpark sequential sampling is batch-sharded across %d ranks", tp)
+        return dist.group.WORLD
 
     def _verify_cost(self) -> SPSTable | PaddedCostTable:
         """What adaptive verification prices a step with: Algorithm 1's token-count SPS table
@@ -146,6 +179,10 @@ class Engine:
             self.target.forward(list(range(r)), ids[:r, :q], zeros[:r].cpu())
 
         table = profile_padded_costs(draft_step, verify_step, r_max, n)
+        if opts.tp > 1:  # every rank must schedule alike: rank 0's timings win (as in vLLM)
+            box = [table]
+            dist.broadcast_object_list(box, src=0)
+            table = box[0]
         logger.info("profiled step costs (ms): draft %s verify %s", table.draft_ms, table.verify_ms)
         return table
 

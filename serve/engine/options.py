@@ -46,6 +46,10 @@ class EngineOptions:
     sps_table: algorithm1 only: a steps-per-second table by token count (the paper's model)
         used instead of the padded cost table.
     use_fp64_gumbel: float64 Gumbel noise for every draw (vLLM's `--use-fp64-gumbel`).
+    tp: ranks sharing the sampling (vLLM's batch-sharded sampling with `-tp N`): the engine
+        runs on every rank of an initialised torch.distributed world of this size (e.g. under
+        torchrun, gloo or NCCL), models replicated, each rank sampling the requests it owns;
+        outputs are bit-identical to tp=1 on every rank. 1 = one process.
     max_num_seqs: running requests per batch; max_model_len: prompt + output tokens per request.
     seed: default per-request seed base (a request's own `seed` wins).
     """
@@ -61,6 +65,7 @@ class EngineOptions:
     cost_table: str | None = None
     sps_table: str | None = None
     use_fp64_gumbel: bool = False
+    tp: int = 1
     max_num_seqs: int = 8
     max_model_len: int = 2048
     seed: int = 0
@@ -72,6 +77,8 @@ class EngineOptions:
             raise OptionsError(
                 f"draft_sampling={self.draft_sampling!r}: choose one of {DRAFT_SAMPLING}."
             )
+        if self.tp < 1:
+            raise OptionsError(f"tp={self.tp}: must be >= 1.")
         if self.max_num_seqs < 1:
             raise OptionsError(f"max_num_seqs={self.max_num_seqs}: must be >= 1.")
         if self.max_model_len < 2:

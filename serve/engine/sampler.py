@@ -6,6 +6,16 @@ with per-request verify lengths). All-greedy rounds take a plain argmax walk and
 verification (the backend would draw and discard noise for them). `use_fp64_gumbel` is vLLM's
 `--use-fp64-gumbel`: float64 noise for draft, correction, bonus and target draws.
 
+Batch-sharded sampling (`group`, a torch.distributed group of tp ranks that all run the same
+engine steps on replicated models, as vLLM's `--enable-batch-sharded-sampling` with tp > 1):
+request i is owned by rank i % tp; a sampled round's Markov walk runs through
+`common.sampling.sharded_markov_walk` (vocab-sharded base logits, all-to-all to batch shards,
+the walk on the owned rows, all-gather of drafts) and its rejection sampling on the owned rows
+only, whose verdicts are all-gathered. Every draw is keyed by (seed, position), so the result is
+bit-identical to the replicated sampler on every rank. Argmax walks (all-greedy rounds,
+draft_sampling="greedy") stay replicated: they have no per-row noise to shard, and the
+replicated argmax runs in the model's dtype where the sharded walk would run in float32.
+
 Keys follow vLLM's DSpark speculator: the draw producing the token at position P is keyed by
 (request seed, P - 1); drafting, accept uniforms and target/bonus draws use separate streams.
 A request with temperature <= 0 is greedy whatever the engine mode; with
@@ -18,18 +28,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from common.sampling import Stream, gumbel_sample, markov_walk, rejection_verify
+from common.sampling.sharded import all_gather_rows, owner_layout, sharded_markov_walk
 
 
 @dataclass
 class Walk:
     """draft_ids: [R, N] target ids; draft_probs: what they were sampled from (backend object,
-    None for greedy drafts); confidence: [R, N] fp32 or None."""
+    None for greedy drafts); confidence: [R, N] fp32 or None; local_reqs: [cap] the requests
+    whose draft_probs rows this rank holds (batch-sharded walk; -1 pads), None = all."""
 
     draft_ids: torch.Tensor
     draft_probs: object | None
     confidence: torch.Tensor | None
+    local_reqs: torch.Tensor | None = None
 
     def head(self, m: int) -> Walk:
         """The first m slots (adaptive verification runs the target on fewer drafts)."""
@@ -40,7 +54,7 @@ class Walk:
             cols = dp.cols if dp.cols is None or dp.cols.dim() == 1 else dp.cols[:, :m]
             dp = type(dp)(dp.probs[:, :m], cols, dp.token_probs[:, :m], dp.vocab_size)
         conf = None if self.confidence is None else self.confidence[:, :m]
-        return Walk(self.draft_ids[:, :m], dp, conf)
+        return Walk(self.draft_ids[:, :m], dp, conf, self.local_reqs)
 
 
 @dataclass
@@ -90,8 +104,10 @@ class Sampler:
     Per-row tensors: temperature [R] float, seeds [R] int64.
     """
 
-    def __init__(self, mode: str, topk: int | None = None, fp64: bool = False):
+    def __init__(self, mode: str, topk: int | None = None, fp64: bool = False, group=None):
         self.mode, self.topk, self.fp64 = mode, topk, fp64
+        self.group = group  # batch-sharded sampling across these ranks (None: replicated)
+        self.sharded_rounds = 0  # sampled rounds that ran sharded (a check that it is used)
 
     @property
     def probabilistic_available(self) -> bool:
@@ -110,15 +126,35 @@ class Sampler:
         want_confidence,
         on_slot_logits=None,
     ):
-        """The sequential stage. base: [R, N, Vd] base logits U, hidden: [R, N, H], anchors: [R]
+        """The sequential stage. base: [R, N, Vd] base logits U (None: computed here, when
+        needed; the sharded walk computes vocab shards instead), hidden: [R, N, H], anchors: [R]
         target ids, first_pos: [R] position P_0 = p + 1 of draft slot 0 (slot k keyed P_0+k-1);
         on_slot_logits(k, logits): each slot's sampled-from logits (the acceptance estimator)."""
         random = bool((temperature > 0).any()) and self.mode == "probabilistic"
         if not random and self.topk is None:
             # All-greedy rounds skip the backend: it draws (and discards) Gumbel noise for
             # greedy rows to keep shapes static, which costs more than the argmax itself here.
+            if base is None:
+                base = model.compute_draft_logits(hidden)
             return greedy_walk(model, base, hidden, anchors, want_confidence, on_slot_logits)
         temp = temperature if random else torch.zeros_like(temperature)
+        if self.group is not None and on_slot_logits is None:
+            self.sharded_rounds += 1
+            sh = sharded_markov_walk(
+                model,
+                hidden,
+                anchors,
+                temp,
+                seeds,
+                first_pos,
+                group=self.group,
+                probs="compact" if random else "none",
+                with_confidence=want_confidence,
+                fp64=self.fp64,
+            )
+            return Walk(sh.draft_ids, sh.local_probs, sh.confidence, sh.local_reqs)
+        if base is None:
+            base = model.compute_draft_logits(hidden)
         out = markov_walk(
             model,
             base,
@@ -155,6 +191,10 @@ class Sampler:
             return Verdict(none, tok.view(r, 1), none.new_zeros(r, 0, dtype=torch.bool))
         if not bool((temperature > 0).any()):
             return greedy_verify(target_logits, walk.draft_ids, verify_len)
+        if walk.local_reqs is not None:
+            return self._verify_sharded(
+                target_logits, walk, temperature, seeds, first_pos, verify_len
+            )
         out = rejection_verify(
             walk.draft_ids,
             walk.draft_probs,
@@ -166,3 +206,25 @@ class Sampler:
             fp64=self.fp64,
         )
         return Verdict(out.num_accepted, out.output_ids, out.accepted)
+
+    def _verify_sharded(self, target_logits, walk, temperature, seeds, first_pos, verify_len):
+        """Rejection sampling of this rank's own requests, verdicts all-gathered in batch
+        order. Padding rows (-1) verify request 0 and are dropped by the gather's index."""
+        r, n = walk.draft_ids.shape
+        _, src_idx = owner_layout(r, dist.get_world_size(self.group), walk.draft_ids.device)
+        mine = walk.local_reqs.clamp(min=0)
+        out = rejection_verify(
+            walk.draft_ids[mine],
+            walk.draft_probs,
+            target_logits[mine],
+            temperature[mine],
+            seeds[mine],
+            first_pos[mine],
+            verify_len[mine],
+            fp64=self.fp64,
+        )
+        packed = torch.cat(
+            [out.num_accepted.long().view(-1, 1), out.output_ids.long(), out.accepted.long()], 1
+        )  # [cap, 1 + (N+1) + N]
+        got = all_gather_rows(packed, self.group)[src_idx]  # [R, 2N + 2]
+        return Verdict(got[:, 0], got[:, 1 : n + 2], got[:, n + 2 :].bool())
