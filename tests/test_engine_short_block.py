@@ -123,3 +123,23 @@ def test_greedy_output_and_acceptance_for_every_n(sample_from_anchor):
         per_pos = spec.num_accepted_tokens_per_pos
         assert per_pos == sorted(per_pos, reverse=True)
         assert spec.num_accepted_tokens >= spec.num_draft_tokens - n * len(PROMPTS)
+
+
+@pytest.mark.parametrize(
+    ("sample_from_anchor", "n"), [(True, 2), (False, 1)], ids=["anchor-first-N2", "1+N-N1"]
+)
+def test_short_block_sampling_keeps_the_target_law(sample_from_anchor, n):
+    from serve.engine import SamplingParams
+    from tests.test_engine import tv_check
+    from tests.test_engine_helpers import transition_matrix
+
+    target = make_target(0, predictable=True, sharpness=30.0)
+    draft = make_draft(target, sample_from_anchor, 40, tuned=True, strength=3.0, block_size=BLOCK)
+    eng = make_engine(target, draft, num_speculative_tokens=n, max_num_seqs=64)
+    m, k, prompt = 1200, 4, [5, 7, 9]
+    params = [SamplingParams(max_tokens=k, temperature=0.8, seed=s) for s in range(m)]
+    outs = torch.tensor(eng.generate([prompt] * m, params))
+    tv_check(outs, prompt[-1], transition_matrix(target, 0.8))
+    spec = eng.stats.spec
+    assert 0 < spec.num_accepted_tokens < spec.num_draft_tokens  # accept and reject both ran
+    assert spec.num_draft_tokens == spec.num_drafts * n
