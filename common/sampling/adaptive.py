@@ -25,8 +25,6 @@ actually run. vLLM 0.34 does not run this algorithm: see `draft_budget` for what
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,33 +143,3 @@ def plan_verify_lengths(
     verify_len = admit.view(R, N).sum(1)
     count = int(admit_sorted.sum())
     return VerifyPlan(verify_len.to(confidence.device), float(theta[count]), R + count)
-
-
-def _default_sync() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-def profile_sps(
-    step_fn: Callable[[int], object],
-    sizes: Sequence[int],
-    *,
-    warmup: int = 1,
-    iters: int = 3,
-    sync: Callable[[], None] | None = None,
-) -> SPSTable:
-    """Time `step_fn(num_tokens)` (one target verification step over that many tokens) at each
-    size and return the steps/s table. `sync` waits for queued device work (default: CUDA sync
-    when CUDA is in use)."""
-    sync = sync or _default_sync
-    sps = []
-    for n in sizes:
-        for _ in range(warmup):
-            step_fn(n)
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step_fn(n)
-        sync()
-        sps.append(iters / max(time.perf_counter() - t0, 1e-9))
-    return SPSTable([int(s) for s in sizes], sps, {"warmup": warmup, "iters": iters})
