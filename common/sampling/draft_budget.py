@@ -10,7 +10,8 @@ budget's slots handed to the requests by survival.
    first non-improvement).
 2. Allocation (`allocate_draft_budget`, vLLM's `assign_draft_token_budget` Triton kernel): the
    `budget` slots of highest float32 survival win; survival is non-increasing along a request, so
-   the winners are per-request prefixes; ties at the threshold go to requests in batch order.
+   the winners are per-request prefixes; ties at the threshold go to requests in batch order
+   (`allocation_by_budget` gives the allocation of every budget from one stable sort).
 
 Differences from vLLM, both forced by a synchronous engine:
 - vLLM picks the budget on the host from the previous step's confidences (a device-to-host copy
@@ -70,32 +71,34 @@ def choose_draft_budget(
     return int(torch.argmax(expected / cost))  # torch.argmax: first maximum, like np.argmax
 
 
-def allocate_draft_budget(
-    confidence: torch.Tensor, num_drafts: torch.Tensor, budget: int
-) -> torch.Tensor:
-    """Per-request verify lengths [R] int64: the `budget` best slots by float32 survival.
+def allocation_by_budget(confidence: torch.Tensor, num_drafts: torch.Tensor) -> torch.Tensor:
+    """[M + 1, R] int64 verify lengths for every budget m = 0..M (M = sum of num_drafts): row m
+    is `allocate_draft_budget(confidence, num_drafts, m)`.
 
-    Survival runs in float32 as in the kernel; a slot past num_drafts[r] is not eligible. The
-    threshold is the budget-th best score: every slot above it is admitted, the slots equal to
-    it are handed out in request order until the budget is spent.
+    The kernel's rule (admit every float32 survival above the m-th best, hand the ties to
+    requests in batch order, a request's tied slots being consecutive steps) is the first m
+    entries of a STABLE descending sort of the flattened (request, step) survivals: equal values
+    keep (request, step) order. Ineligible slots (step >= num_drafts[r]) score -1 and sort last.
     """
     r, n = confidence.shape
     device = confidence.device
     num_drafts = num_drafts.to(device=device, dtype=torch.long).clamp(0, n)
-    if budget <= 0:
-        return torch.zeros(r, dtype=torch.long, device=device)
-    if budget >= int(num_drafts.sum()):
-        return num_drafts.clone()
     surv = torch.cumprod(confidence.float(), dim=1)  # [R, N] float32, as the kernel multiplies
     eligible = torch.arange(n, device=device) < num_drafts.view(-1, 1)
-    scores = torch.where(eligible, surv, torch.full_like(surv, -1.0))
-    threshold = scores.flatten().sort(descending=True).values[budget - 1]
-    above = (scores > threshold).sum(1)  # [R]
-    tied = (scores == threshold).sum(1)  # [R]
-    ties_left = budget - int(above.sum())
-    tied_before = torch.cumsum(tied, 0) - tied
-    taken = torch.minimum(tied, (ties_left - tied_before).clamp(min=0))
-    return above + taken
+    scores = torch.where(eligible, surv, torch.full_like(surv, -1.0)).flatten()
+    total = int(num_drafts.sum())
+    order = scores.sort(descending=True, stable=True).indices[:total]  # [M]
+    onehot = torch.nn.functional.one_hot(order // n, r)  # [M, R]
+    return torch.cat([onehot.new_zeros(1, r), onehot.cumsum(0)])  # [M + 1, R]
+
+
+def allocate_draft_budget(
+    confidence: torch.Tensor, num_drafts: torch.Tensor, budget: int
+) -> torch.Tensor:
+    """Per-request verify lengths [R] int64: the `budget` best slots by float32 survival
+    (vLLM's `assign_draft_token_budget`; see `allocation_by_budget`)."""
+    table = allocation_by_budget(confidence, num_drafts)
+    return table[min(max(budget, 0), table.shape[0] - 1)]
 
 
 def build_cost_table(curve: Sequence[tuple[int, float]], limit: int, capture_limit: int = 0):
@@ -154,14 +157,6 @@ class PaddedCostTable:
         return cls([float(x) for x in d["draft_ms"]], d["verify_ms"], d.get("meta", {}))
 
 
-def longest_prefix_by_budget(confidence: torch.Tensor, num_drafts: torch.Tensor) -> torch.Tensor:
-    """[M + 1] max_r verify_len[r] after allocating budget m = 0..M (M = sum num_drafts)."""
-    total = int(num_drafts.sum())
-    return torch.tensor(
-        [int(allocate_draft_budget(confidence, num_drafts, m).max()) for m in range(total + 1)]
-    )
-
-
 def plan_budgeted_verify_lengths(
     confidence: torch.Tensor, table: PaddedCostTable, num_drafts: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -169,9 +164,10 @@ def plan_budgeted_verify_lengths(
     r, n = confidence.shape
     if num_drafts is None:
         num_drafts = torch.full((r,), n, dtype=torch.long)
-    cost = table.step_costs(r, longest_prefix_by_budget(confidence, num_drafts))
+    lengths = allocation_by_budget(confidence, num_drafts)  # [M + 1, R]
+    cost = table.step_costs(r, lengths.max(1).values)  # priced on the padded width
     budget = choose_draft_budget(confidence, num_drafts, cost)
-    return allocate_draft_budget(confidence, num_drafts, budget)
+    return lengths[budget]
 
 
 def profile_padded_costs(
