@@ -253,7 +253,14 @@ def test_adaptive_verifying_nothing_is_plain_sampling(tmp_path):
     params = [
         SamplingParams(max_tokens=n, temperature=1.0, seed=i) for i, n in enumerate(MAX_TOKENS)
     ]
-    ada = make_engine(target, draft, adaptive_verification=True, sps_table=table, max_num_seqs=3)
+    ada = make_engine(
+        target,
+        draft,
+        adaptive_verification=True,
+        adaptive_policy="algorithm1",
+        sps_table=table,
+        max_num_seqs=3,
+    )
     plain = make_engine(target, None, max_num_seqs=2)
     assert ada.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
     assert ada.stats.spec.num_draft_tokens == 0 and ada.stats.spec.num_drafts > 0
@@ -263,15 +270,20 @@ def test_adaptive_greedy_still_exact_and_full_table_verifies_all(tmp_path):
     target = make_target(0, predictable=True)
     draft = make_draft(target, True, None, tuned=True, strength=4.0)
     refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
-    profiled = make_engine(target, draft, adaptive_verification=True, max_num_seqs=3)
-    assert profiled.generate(PROMPTS, greedy_params()) == refs
+    for policy in ("vllm", "algorithm1"):
+        profiled = make_engine(
+            target, draft, adaptive_verification=True, adaptive_policy=policy, max_num_seqs=3
+        )
+        assert profiled.generate(PROMPTS, greedy_params()) == refs
     # Constant steps/s: every draft with confidence > 0 improves Theta, so all are verified and
     # sampling matches non-adaptive decoding draw for draw.
     flat = sps_table(tmp_path, lambda n: 100.0)
     params = [
         SamplingParams(max_tokens=n, temperature=1.0, seed=i) for i, n in enumerate(MAX_TOKENS)
     ]
-    ada = make_engine(target, draft, adaptive_verification=True, sps_table=flat)
+    ada = make_engine(
+        target, draft, adaptive_verification=True, adaptive_policy="algorithm1", sps_table=flat
+    )
     full = make_engine(target, draft)
     assert ada.generate(PROMPTS, params) == full.generate(PROMPTS, params)
     assert ada.stats.spec.num_draft_tokens == full.stats.spec.num_draft_tokens
@@ -338,8 +350,10 @@ def test_option_and_pairing_errors():
     draft = make_draft(target, sample_from_anchor=False, block_size=4)
     with pytest.raises(OptionsError, match="exceeds the checkpoint's 1\\+N layout"):
         make_engine(target, draft, num_speculative_tokens=4)
-    with pytest.raises(OptionsError, match="confidence head"):
-        make_engine(target, make_draft(target, confidence=False), adaptive_verification=True)
+    with pytest.raises(OptionsError, match="adaptive_policy"):
+        EngineOptions(target="t", adaptive_policy="oracle")
+    with pytest.raises(OptionsError, match="sps_table"):
+        EngineOptions(target="t", checkpoint="c", adaptive_verification=True, sps_table="x.json")
     # A draft built for a deeper target: its layer ids do not exist here.
     from transformers import Qwen3ForCausalLM
 

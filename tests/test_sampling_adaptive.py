@@ -6,8 +6,7 @@ import itertools
 import pytest
 import torch
 
-import common.sampling.adaptive as adaptive_mod
-from common.sampling.adaptive import SPSTable, plan_verify_lengths, profile_sps
+from common.sampling.adaptive import SPSTable, plan_verify_lengths
 
 
 def brute_force(conf: torch.Tensor, sps: SPSTable):
@@ -96,16 +95,27 @@ def test_sps_table_lookup_and_json_roundtrip(tmp_path):
         SPSTable([4, 2], [1.0, 2.0])
 
 
-def test_profile_sps_times_each_size(monkeypatch):
+def test_profile_padded_costs_times_each_shape(monkeypatch):
+    import common.sampling.draft_budget as budget_mod
+
     clock = [0.0]
-    monkeypatch.setattr(adaptive_mod.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(budget_mod.time, "perf_counter", lambda: clock[0])
     calls = []
 
-    def step(n):  # a step over n tokens takes 1 + n/10 seconds of fake time
-        calls.append(n)
-        clock[0] += 1.0 + n / 10
+    def draft(r):  # fake time: a draft step costs r ms, a [r, q] verify 10 r q ms
+        calls.append(("d", r))
+        clock[0] += r / 1000
 
-    table = profile_sps(step, [1, 10, 40], warmup=1, iters=4, sync=lambda: None)
-    assert calls == [1] * 5 + [10] * 5 + [40] * 5
-    assert table.sizes == [1, 10, 40]
-    assert table.sps == pytest.approx([1 / 1.1, 1 / 2.0, 1 / 5.0])
+    def verify(r, q):
+        calls.append(("v", r, q))
+        clock[0] += 10 * r * q / 1000
+
+    table = budget_mod.profile_padded_costs(
+        draft, verify, 3, 2, warmup=1, iters=2, sync=lambda: None
+    )
+    assert calls[:3] == [("d", 1)] * 3 and ("v", 3, 3) in calls and ("v", 3, 4) not in calls
+    assert table.meta["profiled_num_reqs"] == [1, 2, 3]
+    assert table.draft_ms == pytest.approx([0.0, 1.0, 2.0, 3.0])
+    assert table.verify_ms[2] == pytest.approx([0.0, 20.0, 40.0, 60.0])
+    # R = 3 measured; a profile with R = 1, 2, 4 would interpolate R = 3 linearly.
+    assert table.verify_ms[3][3] == pytest.approx(90.0)

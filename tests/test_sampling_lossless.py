@@ -48,8 +48,12 @@ def exact_distribution(table, temperature: float) -> torch.Tensor:
     return p
 
 
-def speculative_decode(model, table, S, temperature, *, topk=None, sps=None, corrupt=None):
+def speculative_decode(
+    model, table, S, temperature, *, topk=None, sps=None, plan=None, corrupt=None
+):
     """Generate L tokens for S requests; returns [S, L] token ids.
+
+    sps: Algorithm 1's table; plan: any other planner, [GROUP, N] confidences -> [GROUP] lengths.
 
     corrupt: None, or "no_markov" to verify with the draft probabilities of the base logits
     alone (not the distribution the walk sampled from).
@@ -81,9 +85,10 @@ def speculative_decode(model, table, S, temperature, *, topk=None, sps=None, cor
         ctx = torch.cat([second[:, None], anchor[:, None], walk.draft_ids], dim=1)  # [S, N+2]
         t_logits = table[ctx[:, :-1], ctx[:, 1:]]  # [S, N+1, V]
         verify_len = None
-        if sps is not None:
+        if sps is not None or plan is not None:
+            plan = plan or (lambda c: plan_verify_lengths(c, sps).verify_len)
             conf = walk.confidence.view(S // GROUP, GROUP, N)
-            verify_len = torch.cat([plan_verify_lengths(c, sps).verify_len for c in conf])
+            verify_len = torch.cat([plan(c) for c in conf])
         out = rejection_verify(walk.draft_ids, probs, t_logits, temps, seeds, length, verify_len)
         k = torch.arange(N + 1)
         active = length < 1 + L  # finished requests ride along but write nothing
@@ -152,6 +157,28 @@ def test_speculative_sampling_is_lossless(name):
     sps = sps_table() if adaptive else None
     seqs = speculative_decode(model, table, S, temp, topk=topk, sps=sps)
     assert chi2_p(seq_counts(seqs), exact_distribution(table, temp)) > 1e-3
+
+
+def test_vllm_budget_policy_is_lossless():
+    """vLLM 0.34's batch budget (a global argmax, then survival allocation) on the engine's
+    padded cost model, with a confidence head that reads the previous draft token."""
+    from common.sampling.draft_budget import PaddedCostTable, plan_budgeted_verify_lengths
+
+    model, table = build(dict(markov_head_type="vanilla")), target_table()
+    n = model.config.num_speculative_tokens
+    assert model.config.confidence_head_with_markov
+    rows = [[0.0] + [1.0 + 0.6 * q for q in range(1, n + 2)] for _ in range(GROUP + 1)]
+    cost = PaddedCostTable([0.5] * (GROUP + 1), rows, {})
+    lengths = []
+
+    def plan(c):
+        lengths.append(plan_budgeted_verify_lengths(c, cost))
+        return lengths[-1]
+
+    seqs = speculative_decode(model, table, S, 1.0, plan=plan)
+    verified = torch.cat(lengths)
+    assert 0 < int(verified.sum()) < verified.numel() * n  # budgets really were partial
+    assert chi2_p(seq_counts(seqs), exact_distribution(table, 1.0)) > 1e-3
 
 
 def test_adaptive_planner_really_shortens_blocks():

@@ -1,11 +1,21 @@
-"""`python -m train.calibrate CKPT_DIR --target PATH [--data FILE]`: STS calibration of the
-confidence head, i.e. one temperature per draft slot fitted on held-out data.
+"""`python -m train.calibrate CKPT_DIR --target PATH [--data FILE] [--objective sequential]
+[--fold-into-weights]`: STS calibration of the confidence head, one temperature per draft slot
+fitted on held-out data.
 
 For every sampled anchor block of the held-out set it computes the head's logit z_k and the
-realised per-slot acceptance 1 - TV(p_draft, p_target) (the quantity the head is trained on), fits
-T_k by minimising BCE(sigmoid(z_k / T_k), 1 - TV_k), and writes CKPT/confidence_calibration.json
-with the temperatures and the per-position ECE before and after. The embedded engine's adaptive
-scheduler applies them (common/sampling/calibration.py). Prints a table.
+realised per-slot acceptance 1 - TV(p_draft, p_target) (the quantity the head is trained on).
+`--objective sequential` (default, the paper's): the temperatures jointly minimise the BCE of the
+survival prod_{i<=k} sigmoid(z_i / T_i) against the prefix acceptance prod_{i<=k} (1 - TV_i);
+`per_slot`: T_k minimises BCE(sigmoid(z_k / T_k), 1 - TV_k) alone. Fit on even blocks, ECE
+reported on odd blocks (held out), before and after, both of survivals against prefix
+acceptance ("sequential", what the scheduler consumes) and of c_k against 1 - TV_k ("per_slot").
+Writes CKPT/confidence_calibration.json, which the embedded engine reads.
+
+vLLM 0.34 reads no temperature (no config key; its head is sigmoid(proj(x))). `--fold-into-weights`
+also fits one shared temperature on the same objective and divides the checkpoint's
+`confidence_head.proj` weight and bias by it, so vLLM serves calibrated-by-T confidences; the
+file then keeps the per-slot remainder T_k / T (the engine's composition stays z / T_k).
+Prints a table.
 """
 
 from __future__ import annotations
@@ -17,12 +27,17 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
+from safetensors import safe_open
+from safetensors.torch import save_file
 
-from common.checkpoint import load_checkpoint
+from common.checkpoint import WEIGHTS_NAME, load_checkpoint
 from common.sampling.calibration import (
     CALIBRATION_NAME,
     expected_calibration_error,
+    fit_sequential_temperatures,
     fit_temperature,
+    fold_temperature,
+    sequential_ece,
 )
 from common.target import TargetCapture, target_head_weights
 from train.blocks import anchor_blocks, capture_batch
@@ -65,26 +80,78 @@ def collect(draft, target, tok, data: str, seq_len: int, max_rows: int, anchors:
     return torch.cat(zs), torch.cat(accs), torch.cat(masks)
 
 
-def calibrate(z, acc, mask) -> dict:
-    """Fit T_k on even-indexed blocks, report ECE on the odd-indexed ones (held out from the
-    fit), so the before/after numbers are not in-sample."""
-    fit = torch.arange(z.shape[0]) % 2 == 0
-    temps, before, after, counts = [], [], [], []
+OBJECTIVES = ("sequential", "per_slot")
+
+
+def per_slot_temperatures(z, acc, mask) -> torch.Tensor:
+    temps = []
     for k in range(z.shape[1]):
-        m_fit, m_eval = mask[:, k] & fit, mask[:, k] & ~fit
-        t = fit_temperature(z[m_fit, k], acc[m_fit, k]) if m_fit.sum() >= 8 else 1.0
-        zk, ak = z[m_eval, k], acc[m_eval, k]
-        temps.append(t)
-        before.append(expected_calibration_error(torch.sigmoid(zk), ak))
-        after.append(expected_calibration_error(torch.sigmoid(zk / t), ak))
-        counts.append(int(m_eval.sum()))
+        m = mask[:, k]
+        temps.append(fit_temperature(z[m, k], acc[m, k]) if m.sum() >= 8 else 1.0)
+    return torch.tensor(temps, dtype=torch.float64)
+
+
+def per_slot_ece(z, acc, mask, t) -> list[float]:
+    return [
+        expected_calibration_error(torch.sigmoid(z[mask[:, k], k] / t[k]), acc[mask[:, k], k])
+        for k in range(z.shape[1])
+    ]
+
+
+def calibrate(z, acc, mask, objective: str = "sequential") -> dict:
+    """Fit on even-indexed blocks, report ECE on the odd-indexed ones (held out from the fit),
+    so the before/after numbers are not in-sample. Also fits the shared temperature (the one
+    `--fold-into-weights` folds) on the same objective."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: choose one of {OBJECTIVES}")
+    fit = torch.arange(z.shape[0]) % 2 == 0
+    zf, af, mf = z[fit].double(), acc[fit].double(), mask[fit]
+    ze, ae, me = z[~fit].double(), acc[~fit].double(), mask[~fit]
+    if objective == "sequential":
+        temps = fit_sequential_temperatures(zf, af, mf)
+    else:
+        temps = per_slot_temperatures(zf, af, mf)
+    shared = fit_sequential_temperatures(zf, af, mf, shared=True)
+    one = torch.ones_like(temps)
     return {
         "method": "sts",
-        "temperatures": temps,
-        "ece_before": before,
-        "ece_after": after,
-        "num_eval_samples": counts,
+        "objective": objective,
+        "loss": "BCE of prod_{i<=k} sigmoid(z_i/T_i) vs prod_{i<=k} (1 - TV_i)"
+        if objective == "sequential"
+        else "BCE of sigmoid(z_k/T_k) vs 1 - TV_k",
+        "temperatures": temps.tolist(),
+        "shared_temperature": float(shared[0]),
+        "ece_before": sequential_ece(ze, ae, me, one),
+        "ece_after": sequential_ece(ze, ae, me, temps),
+        "ece_after_shared": sequential_ece(ze, ae, me, shared),
+        "per_slot_ece_before": per_slot_ece(ze, ae, me, one),
+        "per_slot_ece_after": per_slot_ece(ze, ae, me, temps),
+        "num_eval_samples": [int(me[:, k].sum()) for k in range(z.shape[1])],
     }
+
+
+def fold_into_weights(ckpt_dir: Path, result: dict) -> dict:
+    """Divide the checkpoint's confidence head by the shared temperature (what vLLM reads) and
+    keep the per-slot remainder in the result. Refuses a checkpoint already folded."""
+    path = Path(ckpt_dir) / WEIGHTS_NAME
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open: no __iter__)
+    if "dspark_folded_confidence_temperature" in meta:
+        raise ValueError(
+            f"{path}: a temperature {meta['dspark_folded_confidence_temperature']} is already "
+            "folded into the confidence head; calibrate the unfolded checkpoint instead"
+        )
+    t = result["shared_temperature"]
+    w, b = "confidence_head.proj.weight", "confidence_head.proj.bias"
+    tensors[w], tensors[b] = fold_temperature(tensors[w], tensors[b], t)
+    meta = {**meta, "dspark_folded_confidence_temperature": repr(t)}
+    save_file(tensors, str(path), metadata=meta)
+    out = dict(result)
+    out["folded_temperature"] = t
+    out["unfolded_temperatures"] = result["temperatures"]
+    out["temperatures"] = [tk / t for tk in result["temperatures"]]
+    return out
 
 
 def main(argv=None) -> int:
@@ -97,6 +164,12 @@ def main(argv=None) -> int:
     ap.add_argument("--anchors", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--objective", choices=OBJECTIVES, default="sequential")
+    ap.add_argument(
+        "--fold-into-weights",
+        action="store_true",
+        help="divide the confidence head by the shared temperature (vLLM reads only weights)",
+    )
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     draft = load_checkpoint(a.ckpt_dir, device=dev).eval()
@@ -109,14 +182,25 @@ def main(argv=None) -> int:
     target, tok = load_target(tcfg, dev)
     data = a.data or str(Path(a.target) / "data" / "heldout.jsonl")
     z, acc, mask = collect(draft, target, tok, data, a.seq_len, a.max_rows, a.anchors, a.seed)
-    result = calibrate(z, acc, mask)
+    result = calibrate(z, acc, mask, a.objective)
+    if a.fold_into_weights:
+        result = fold_into_weights(Path(a.ckpt_dir), result)
     (Path(a.ckpt_dir) / CALIBRATION_NAME).write_text(json.dumps(result, indent=2) + "\n")
-    print("| slot | eval samples | T | ECE before | ECE after |\n|---|---|---|---|---|")
-    for k, t in enumerate(result["temperatures"]):
+    print(f"objective: {result['loss']}; shared T = {result['shared_temperature']:.3f}")
+    print(
+        "| slot | eval samples | T | survival ECE before | after | after (shared T) "
+        "| per-slot ECE before | after |\n|---|---|---|---|---|---|---|---|"
+    )
+    temps = result.get("unfolded_temperatures", result["temperatures"])
+    for k, t in enumerate(temps):
+        r = result
         print(
-            f"| {k} | {result['num_eval_samples'][k]} | {t:.3f} | {result['ece_before'][k]:.4f} | "
-            f"{result['ece_after'][k]:.4f} |"
+            f"| {k} | {r['num_eval_samples'][k]} | {t:.3f} | {r['ece_before'][k]:.4f} | "
+            f"{r['ece_after'][k]:.4f} | {r['ece_after_shared'][k]:.4f} | "
+            f"{r['per_slot_ece_before'][k]:.4f} | {r['per_slot_ece_after'][k]:.4f} |"
         )
+    if a.fold_into_weights:
+        print(f"folded T = {result['folded_temperature']:.3f} into {WEIGHTS_NAME}")
     print(f"wrote {Path(a.ckpt_dir) / CALIBRATION_NAME}")
     return 0
 

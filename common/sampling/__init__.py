@@ -6,11 +6,22 @@ Shared by the serving engine, training-time evaluation and tests. One job per mo
 - `markov_walk`: the sequential Markov stage (dense and top-k), drafts + sampled-from
   distributions (`draft_probs.DraftProbs`) + confidences;
 - `verify`: greedy and lossless rejection-sampling verification with per-request verify lengths;
+- `draft_budget`: vLLM 0.34's adaptive verification (batch draft budget, survival allocation,
+  cost tables; the engine's padded cost table and its profiler);
 - `adaptive`: the paper's Algorithm 1 verify-length scheduler and the SPS table;
+- `acceptance_estimator`: vLLM's online acceptance estimator (drafts without a confidence head);
 - `sharded`: tensor-parallel batch-sharded Markov walk over torch.distributed.
 """
 
-from common.sampling.adaptive import SPSTable, VerifyPlan, plan_verify_lengths, profile_sps
+from common.sampling.acceptance_estimator import OnlineAcceptanceEstimator
+from common.sampling.adaptive import SPSTable, VerifyPlan, plan_verify_lengths
+from common.sampling.draft_budget import (
+    PaddedCostTable,
+    allocate_draft_budget,
+    choose_draft_budget,
+    plan_budgeted_verify_lengths,
+    profile_padded_costs,
+)
 from common.sampling.draft_probs import DraftProbs
 from common.sampling.gumbel import (
     Stream,
@@ -33,20 +44,25 @@ __all__ = [
     "PAD_ID",
     "DraftProbs",
     "MarkovWalkOutput",
+    "OnlineAcceptanceEstimator",
+    "PaddedCostTable",
     "SPSTable",
     "ShardedWalkOutput",
     "Stream",
     "VerifyOutput",
     "VerifyPlan",
+    "allocate_draft_budget",
     "categorical_from_probs",
+    "choose_draft_budget",
     "greedy_verify",
     "gumbel_noise",
     "gumbel_sample",
     "gumbel_sample_with_probs",
     "keyed_uniform",
     "markov_walk",
+    "plan_budgeted_verify_lengths",
     "plan_verify_lengths",
-    "profile_sps",
+    "profile_padded_costs",
     "rejection_verify",
     "sampled_probs",
     "sharded_markov_walk",

@@ -16,18 +16,21 @@ target verifies, from the confidence head's per-slot accept estimates.
   the first non-improvement is the global optimum over all prefix-length vectors.
 - No confidence head (or no table): verify every draft.
 
-The SPS table is profiled once at engine start-up (`profile_sps`) and stored as JSON.
+SPS is either an `SPSTable` by token count (R + n, the paper's model) or the embedded engine's
+`PaddedCostTable`: the engine verifies a dense [R, q] batch, q = 1 + the longest admitted
+prefix, so after m admissions SPS = 1000 / (draft_ms[R] + verify_ms[R][q_m]), the batch it will
+actually run. vLLM 0.34 does not run this algorithm: see `draft_budget` for what it runs.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from common.sampling.draft_budget import PaddedCostTable
 
 
 @dataclass
@@ -82,7 +85,16 @@ class VerifyPlan:
     num_tokens: int
 
 
-def theta_curve(confidence: torch.Tensor, sps: SPSTable):
+def padded_sps(order: torch.Tensor, num_reqs: int, num_drafts: int, table: PaddedCostTable):
+    """[R*N + 1] steps/s after each admission in `order` (flat r * N + j), priced on the padded
+    [R, 1 + longest admitted prefix] verify batch plus the draft step."""
+    onehot = torch.nn.functional.one_hot(order // num_drafts, num_reqs)  # [R*N, R]
+    counts = torch.cat([onehot.new_zeros(1, num_reqs), onehot.cumsum(0)])  # [R*N + 1, R]
+    longest = counts.max(1).values
+    return 1000.0 / table.step_costs(num_reqs, longest).to(order.device)
+
+
+def theta_curve(confidence: torch.Tensor, sps: SPSTable | PaddedCostTable):
     """Sorted admission order and Theta after each admission.
 
     Returns:
@@ -93,13 +105,15 @@ def theta_curve(confidence: torch.Tensor, sps: SPSTable):
     a = torch.cumprod(confidence.double().clamp(0.0, 1.0), dim=1).flatten()  # [R*N]
     order = torch.sort(a, descending=True, stable=True).indices
     s = torch.cat([a.new_zeros(1), torch.cumsum(a[order], 0)])  # [R*N + 1]
+    if isinstance(sps, PaddedCostTable):
+        return order, (R + s) * padded_sps(order, R, N, sps)
     m = torch.arange(R * N + 1, dtype=torch.float64, device=a.device)
     return order, (R + s) * sps(R + m).to(a.device)
 
 
 def plan_verify_lengths(
     confidence: torch.Tensor | None,
-    sps: SPSTable | None,
+    sps: SPSTable | PaddedCostTable | None,
     num_reqs: int | None = None,
     num_drafts: int | None = None,
 ) -> VerifyPlan:
@@ -107,7 +121,7 @@ def plan_verify_lengths(
 
     Args:
         confidence: [R, N] per-slot accept estimates c in [0, 1], or None (no confidence head).
-        sps: steps/s table, or None (not profiled).
+        sps: steps/s by token count, the engine's padded cost table, or None (not profiled).
         num_reqs, num_drafts: R and N, needed only when confidence is None.
     Returns:
         VerifyPlan; without confidence or table every request verifies all N drafts (theta NaN).
@@ -129,33 +143,3 @@ def plan_verify_lengths(
     verify_len = admit.view(R, N).sum(1)
     count = int(admit_sorted.sum())
     return VerifyPlan(verify_len.to(confidence.device), float(theta[count]), R + count)
-
-
-def _default_sync() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-def profile_sps(
-    step_fn: Callable[[int], object],
-    sizes: Sequence[int],
-    *,
-    warmup: int = 1,
-    iters: int = 3,
-    sync: Callable[[], None] | None = None,
-) -> SPSTable:
-    """Time `step_fn(num_tokens)` (one target verification step over that many tokens) at each
-    size and return the steps/s table. `sync` waits for queued device work (default: CUDA sync
-    when CUDA is in use)."""
-    sync = sync or _default_sync
-    sps = []
-    for n in sizes:
-        for _ in range(warmup):
-            step_fn(n)
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step_fn(n)
-        sync()
-        sps.append(iters / max(time.perf_counter() - t0, 1e-9))
-    return SPSTable([int(s) for s in sizes], sps, {"warmup": warmup, "iters": iters})

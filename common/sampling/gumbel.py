@@ -195,6 +195,7 @@ def categorical_from_probs(
     positions: torch.Tensor,
     *,
     stream: int = Stream.TARGET,
+    fp64: bool = False,
 ) -> torch.Tensor:
     """Keyed sample from unnormalised non-negative weights [R, C] -> [R] (Gumbel-max on log w).
 
@@ -202,4 +203,5 @@ def categorical_from_probs(
     max(0, p_t - p_d)); a zero weight is never drawn.
     """
     ones = torch.ones(probs.shape[0], device=probs.device)
-    return gumbel_sample(torch.log(probs.float()), ones, seeds, positions, stream=stream)
+    logw = torch.log(probs.double() if fp64 else probs.float())
+    return gumbel_sample(logw, ones, seeds, positions, stream=stream, fp64=fp64)

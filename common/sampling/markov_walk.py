@@ -17,6 +17,7 @@ probability 0. With k = V_draft this reproduces the dense walk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -103,6 +104,7 @@ def markov_walk(
     vocab_size: int | None = None,
     fp64: bool = False,
     all_greedy: bool = False,
+    on_slot_logits: Callable[[int, torch.Tensor], None] | None = None,
 ) -> MarkovWalkOutput:
     """Draft N tokens per request by the Markov walk.
 
@@ -123,6 +125,9 @@ def markov_walk(
         fp64: float64 Gumbel noise.
         all_greedy: the caller guarantees every temperature is <= 0: skip the noise (an
             [R, V_draft] hash per slot). A host-side flag, so no device sync is needed.
+        on_slot_logits: called as f(k, logits) with slot k's pre-temperature sampled-from logits
+            ([R, V_draft], or [R, k] candidates for top-k: the other ids are -inf), where vLLM
+            feeds its online acceptance estimator.
     """
     R, N, Vd = base_logits.shape
     device = base_logits.device
@@ -150,6 +155,8 @@ def markov_walk(
             bias, embed, state = gathered_markov_step(model, prev, hidden[:, k], state, cand[:, k])
             logits = values[:, k] + bias.float()  # [R, k]
             cols = cand_cols[:, k]
+        if on_slot_logits is not None:
+            on_slot_logits(k, logits)
         if all_greedy:
             idx = logits.argmax(-1)  # [R] index into the sampling space
         else:

@@ -113,6 +113,7 @@ def rejection_verify(
     seeds: torch.Tensor,
     positions: torch.Tensor,
     verify_len: torch.Tensor | None = None,
+    fp64: bool = False,
 ) -> VerifyOutput:
     """Lossless speculative verification with per-request temperature and keyed randomness.
 
@@ -125,6 +126,8 @@ def rejection_verify(
         seeds: [R] int64.
         positions: [R] int64 position P_0 of draft slot 0.
         verify_len: [R] drafts to verify per request (default N).
+        fp64: float64 noise for the correction and bonus draws (vLLM's `use_fp64_gumbel`); the
+            accept uniforms stay on their own stream.
     """
     R, N = draft_ids.shape
     V = target_logits.shape[-1]
@@ -153,7 +156,7 @@ def rejection_verify(
         acc = active & (u * pd_x < pt_x)
         rej = active & ~acc
         residual = _residual_probs(p_t, draft_probs.row(k))
-        corr = categorical_from_probs(residual, seeds, key_pos, stream=Stream.TARGET)
+        corr = categorical_from_probs(residual, seeds, key_pos, stream=Stream.TARGET, fp64=fp64)
         final = torch.where(rej, corr, final)
         rejected |= rej
         accepted.append(acc)
@@ -163,6 +166,8 @@ def rejection_verify(
     n = accepted_t.sum(1)
     # Bonus for requests whose verified prefix was fully accepted: p_t at row n (= L_r).
     bonus_logits = target_logits[torch.arange(R, device=device), n]  # [R, V]
-    bonus = gumbel_sample(bonus_logits, temperature, seeds, positions + n - 1, stream=Stream.TARGET)
+    bonus = gumbel_sample(
+        bonus_logits, temperature, seeds, positions + n - 1, stream=Stream.TARGET, fp64=fp64
+    )
     final = torch.where(rejected, final, bonus)
     return _assemble(draft_ids, accepted_t, torch.stack(verified, dim=1), final)

@@ -4,10 +4,13 @@ Per running request (slot) it keeps the draft's context K/V, per draft layer
 `[S, capacity, nkv, hd]`, built from the target's captured aux hidden states (`context_kv`).
 A draft step for R requests, each with anchor x_p at position p = its context length:
 
-1. Parallel stage: ONE backbone pass over `[x_p, MASK x (B-1)]` at positions p..p+B-1 for all
-   rows, against their (bucketed, padded) context K/V under `inference_block_mask`; base draft
-   logits `U = lm_head(h)` for the N draft slots (`draft_slot_offset` picks them: slot j+offset
-   predicts x_{p+1+j}).
+1. Parallel stage: ONE backbone pass over the query block for all rows, against their
+   (bucketed, padded) context K/V under `inference_block_mask`: Q = N + `draft_slot_offset` slots
+   `[x_p, MASK x (Q-1)]` at positions p..p+Q-1, as vLLM builds it (anchor-first: N slots, each
+   predicting the next token; 1+N: the anchor then N masks). With N below the trained length the
+   block is SHORTER, not the full block sliced: the block attends bidirectionally inside itself,
+   so the masks past Q would change every slot's hidden state. Base draft logits
+   `U = lm_head(h)` for the N draft slots (slot j+offset predicts x_{p+1+j}).
 2. Sequential stage (`Sampler.walk`): the Markov loop over j = 0..N-1, all rows at once:
    logits = U_j + bias(prev), sample (argmax or keyed Gumbel), map draft -> target id, prev =
    that target id (the anchor for j = 0); confidences `compute_confidence(h_j, W1[prev])` when
@@ -57,7 +60,14 @@ class DraftRunner:
         shape = (slots, capacity, cfg.num_key_value_heads, cfg.head_dim)
         self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.layers]
         self.v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.layers]
-        self._offsets = torch.arange(cfg.block_size, device=p.device)
+        # Query slots per request: what vLLM's DSpark speculator runs (`num_query_per_req`).
+        self.num_query = num_speculative_tokens + cfg.draft_slot_offset
+        if self.num_query > cfg.block_size:
+            raise ValueError(
+                f"num_speculative_tokens={num_speculative_tokens} needs {self.num_query} query "
+                f"slots, more than the checkpoint's block_size={cfg.block_size}"
+            )
+        self._offsets = torch.arange(self.num_query, device=p.device)
         self._sync = p.device.type == "cuda"
 
     def _clock(self) -> float:
@@ -106,23 +116,34 @@ class DraftRunner:
         temperature: torch.Tensor,  # [R]
         seeds: torch.Tensor,  # [R]
         want_confidence: bool = False,
+        on_slot_logits=None,
     ) -> Proposal:
-        model, cfg, n = self.model, self.cfg, self.n
+        model, cfg = self.model, self.cfg
         t0 = self._clock()
         anchors, ctx_lens = anchors.to(self.device), ctx_lens.to(self.device)
         c = min(round_up(int(ctx_lens.max()), self.ctx_bucket), self.capacity)
-        block_ids = model.block_input_ids(anchors)  # [R, B]
-        block_pos = ctx_lens.view(-1, 1) + self._offsets  # [R, B]
-        mask = inference_block_mask(ctx_lens, c, cfg.block_size)  # [R, B, C+B]
-        hidden = model.backbone(block_ids, block_pos, self._context(rows, c), mask)  # [R, B, H]
-        off = cfg.draft_slot_offset
-        hidden = hidden[:, off : off + n]  # [R, N, H]
-        base = model.compute_draft_logits(hidden)  # [R, N, Vd]
+        q = self.num_query
+        block_ids = anchors.new_full((len(rows), q), cfg.mask_token_id)  # [R, Q]
+        block_ids[:, 0] = anchors
+        block_pos = ctx_lens.view(-1, 1) + self._offsets  # [R, Q]
+        mask = inference_block_mask(ctx_lens, c, q)  # [R, Q, C+Q]
+        hidden = model.backbone(block_ids, block_pos, self._context(rows, c), mask)  # [R, Q, H]
+        hidden = hidden[:, cfg.draft_slot_offset :]  # [R, N, H]
+        # [R, N, Vd]; a batch-sharded sampler computes vocab shards of it itself.
+        base = None if sampler.group is not None else model.compute_draft_logits(hidden)
         t1 = self._clock()
 
         # Draft j predicts position p+1+j; its draw is keyed by p+j (P_0 = p+1).
         walk = sampler.walk(
-            model, base, hidden, anchors, temperature, seeds, ctx_lens + 1, want_confidence
+            model,
+            base,
+            hidden,
+            anchors,
+            temperature,
+            seeds,
+            ctx_lens + 1,
+            want_confidence,
+            on_slot_logits,
         )
         t2 = self._clock()
         return Proposal(walk, t1 - t0, t2 - t1)

@@ -29,9 +29,18 @@ import logging
 import time
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from common.sampling.acceptance_estimator import OnlineAcceptanceEstimator
+from common.sampling.adaptive import SPSTable, plan_verify_lengths
 from common.sampling.calibration import apply_temperatures, load_temperatures
+from common.sampling.draft_budget import (
+    PaddedCostTable,
+    plan_budgeted_verify_lengths,
+    profile_padded_costs,
+)
+from common.sampling.sharded import sharding_disabled_reason
 from serve.engine.draft_runner import DraftRunner
 from serve.engine.kv_cache import round_up
 from serve.engine.loader import (
@@ -43,7 +52,7 @@ from serve.engine.loader import (
 )
 from serve.engine.options import EngineOptions, OptionsError
 from serve.engine.request import Request, RequestOutput, SamplingParams, Status
-from serve.engine.sampler import Sampler, plan_verify_lengths
+from serve.engine.sampler import Sampler
 from serve.engine.scheduler import Scheduler
 from serve.engine.stats import EngineStats, SpecDecodeStats, StatLogger
 from serve.engine.target_runner import TargetRunner
@@ -76,11 +85,6 @@ class Engine:
         if draft is not None:
             check_pair(target, draft.config, tokenizer)
             self.num_spec = resolve_num_speculative_tokens(opts, draft.config)
-            if opts.adaptive_verification and draft.config.enable_confidence_head is False:
-                raise OptionsError(
-                    "adaptive_verification needs a draft with a confidence head "
-                    "(enable_confidence_head=true)."
-                )
         # A round writes positions p..p+N with p <= max_model_len - 1.
         capacity = round_up(opts.max_model_len + self.num_spec + 1, KV_BUCKET)
         layer_ids = draft.config.target_layer_ids if draft is not None else None
@@ -91,12 +95,20 @@ class Engine:
             else None
         )
         topk = draft.config.dspark_draft_topk if draft is not None else None
-        self.sampler = Sampler(opts.draft_sampling, topk)
-        self.sps = self._sps_table() if opts.adaptive_verification else None
+        self.adaptive = draft is not None and opts.adaptive_verification
+        # Without a confidence head vLLM falls back to its online acceptance estimator.
+        self.estimator = (
+            OnlineAcceptanceEstimator(opts.max_num_seqs, self.num_spec, self.device)
+            if self.adaptive and not draft.config.enable_confidence_head
+            else None
+        )
+        group = self._sampling_group(draft, topk)
+        self.sampler = Sampler(opts.draft_sampling, topk, fp64=opts.use_fp64_gumbel, group=group)
+        self.cost = self._verify_cost() if self.adaptive else None
         # STS-calibrated confidences for the scheduler, when the checkpoint was calibrated.
         self.conf_temperatures = (
             load_temperatures(opts.checkpoint)
-            if self.sps is not None and opts.checkpoint is not None
+            if self.adaptive and self.estimator is None and opts.checkpoint is not None
             else None
         )
         self.scheduler = Scheduler(opts.max_num_seqs)
@@ -106,21 +118,72 @@ class Engine:
         self._ids = itertools.count()
         self._pending: list[RequestOutput] = []
 
-    def _sps_table(self):
-        """The steps-per-second table adaptive verification maximises against: loaded from
-        `opts.sps_table`, else profiled now on the target forward (one row of n tokens)."""
-        table_cls = self.sampler.lib.SPSTable
-        if self.opts.sps_table:
-            return table_cls.load(self.opts.sps_table)
-        top = self.opts.max_num_seqs * (self.num_spec + 1)
-        sizes = sorted({1, *[2**i for i in range(top.bit_length())], top})
-        ids = torch.zeros(1, top, dtype=torch.long)
-        zero = torch.zeros(1, dtype=torch.long)
-        # Slot 0 is free at start-up; whatever the profile writes there is overwritten later.
-        table = self.sampler.lib.profile_sps(
-            lambda n: self.target.forward([0], ids[:, :n], zero), sizes, warmup=1, iters=2
+    def _sampling_group(self, draft, topk):
+        """The torch.distributed group for batch-sharded sampling, or None (replicated), for
+        vLLM's reasons in vLLM's order (common.sampling.sharding_disabled_reason)."""
+        tp = self.opts.tp
+        if tp == 1:
+            return None
+        if not dist.is_initialized() or dist.get_world_size() != tp:
+            have = dist.get_world_size() if dist.is_initialized() else "no process group"
+            raise OptionsError(
+                f"tp={tp} needs torch.distributed initialised with {tp} ranks (got {have}): "
+                "launch every rank (e.g. torchrun --nproc-per-node N) and call "
+                "init_process_group before building the engine."
+            )
+        if draft is None:
+            return None
+        reason = sharding_disabled_reason(
+            model=draft,
+            tp_size=tp,
+            use_acceptance_estimator=self.estimator is not None,
+            draft_topk=topk,
+            communicator=dist.group.WORLD,
         )
-        logger.info("profiled SPS table: %s", dict(zip(table.sizes, table.sps, strict=True)))
+        if reason is not None:
+            logger.info(
+                "DSpark sequential sampling stays replicated across %d ranks: %s", tp, reason
+            )
+            return None
+        logger.info("DSpark sequential sampling is batch-sharded across %d ranks", tp)
+        return dist.group.WORLD
+
+    def _verify_cost(self) -> SPSTable | PaddedCostTable:
+        """What adaptive verification prices a step with: Algorithm 1's token-count SPS table
+        when one is given, else the padded cost table (loaded, or profiled now on the dense
+        [R, q] verify batches and the draft steps this engine runs)."""
+        opts, n = self.opts, self.num_spec
+        if opts.sps_table:
+            return SPSTable.load(opts.sps_table)
+        if opts.cost_table:
+            table = PaddedCostTable.load(opts.cost_table)
+            if len(table.draft_ms) <= opts.max_num_seqs or len(table.verify_ms[-1]) < n + 2:
+                raise OptionsError(
+                    f"cost_table={opts.cost_table}: profiled for fewer than max_num_seqs="
+                    f"{opts.max_num_seqs} requests or {n} drafts; profile it again (unset it)."
+                )
+            return table
+        r_max = opts.max_num_seqs
+        ids = torch.zeros(r_max, n + 1, dtype=torch.long)
+        zeros = torch.zeros(r_max, dtype=torch.long, device=self.device)
+        sampler, want_conf = Sampler("greedy"), self.estimator is None
+
+        def draft_step(r: int):
+            rows = list(range(r))
+            # Free slots at start-up; nothing a profile step writes outlives it.
+            self.drafter.propose(
+                rows, zeros[:r], zeros[:r] + 1, sampler, zeros[:r].float(), zeros[:r], want_conf
+            )
+
+        def verify_step(r: int, q: int):
+            self.target.forward(list(range(r)), ids[:r, :q], zeros[:r].cpu())
+
+        table = profile_padded_costs(draft_step, verify_step, r_max, n)
+        if opts.tp > 1:  # every rank must schedule alike: rank 0's timings win (as in vLLM)
+            box = [table]
+            dist.broadcast_object_list(box, src=0)
+            table = box[0]
+        logger.info("profiled step costs (ms): draft %s verify %s", table.draft_ms, table.verify_ms)
         return table
 
     def _clock(self) -> float:
@@ -259,15 +322,21 @@ class Engine:
         anchors = torch.tensor([r.anchor for r in reqs], device=self.device)
         lens = torch.tensor([r.num_computed for r in reqs], device=self.device)  # p
         temps, seeds = self._batch_params(reqs)
+        rows_t = torch.tensor(rows, device=self.device)
+        predicted: list[torch.Tensor] = []
+        on_slot_logits = None
+        if self.estimator is not None:
+
+            def on_slot_logits(k, logits):
+                predicted.append(self.estimator.predict(logits, rows_t, k, temps))
+
+        want_conf = self.adaptive and self.estimator is None
         prop = self.drafter.propose(
-            rows, anchors, lens, self.sampler, temps, seeds, self.sps is not None
+            rows, anchors, lens, self.sampler, temps, seeds, want_conf, on_slot_logits
         )
         t0 = self._clock()
-        if self.sps is not None:
-            conf = prop.walk.confidence
-            if self.conf_temperatures is not None:
-                conf = apply_temperatures(conf, self.conf_temperatures)
-            verify_len = plan_verify_lengths(conf, self.sps).verify_len
+        if self.adaptive:
+            verify_len = self._plan_verify(prop.walk.confidence, predicted)
         else:
             verify_len = torch.full((len(reqs),), self.num_spec, device=self.device)
         # Static N+1 queries unless adaptive verification shortened every row's block.
@@ -280,6 +349,9 @@ class Engine:
         # whole, the rejected tail lies past the new length and is overwritten next round.
         self.drafter.write_context(rows, out.aux, lens)
         t2 = self._clock()
+        if self.estimator is not None:  # grade this round's predictions
+            n_acc = verdict.num_accepted.to(self.device)
+            self.estimator.step(rows_t, n_acc + 1, verify_len.to(self.device) - n_acc)
         accepted = verdict.num_accepted.tolist()
         tokens = verdict.tokens.tolist()
         per_pos = verdict.accepted.sum(0).tolist()
@@ -296,6 +368,19 @@ class Engine:
             out.num_accepted = a
             results.append(out)
         return results
+
+    def _plan_verify(self, confidence, predicted: list[torch.Tensor]) -> torch.Tensor:
+        """[R] drafts to verify: from the confidence head (STS-calibrated when the checkpoint
+        carries temperatures) or the acceptance estimator's predictions, by the chosen policy."""
+        if self.estimator is not None:
+            conf = torch.stack(predicted, dim=1)  # [R, N]
+        else:
+            conf = confidence
+            if self.conf_temperatures is not None:
+                conf = apply_temperatures(conf, self.conf_temperatures)
+        if self.opts.adaptive_policy == "vllm":
+            return plan_budgeted_verify_lengths(conf, self.cost).to(self.device)
+        return plan_verify_lengths(conf, self.cost).verify_len.to(self.device)
 
     def _target_round(self, reqs: list[Request]) -> list[RequestOutput]:
         t0 = self._clock()

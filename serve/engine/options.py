@@ -17,6 +17,10 @@ DTYPES = {
     "float64": torch.float64,
 }
 DRAFT_SAMPLING = ("greedy", "probabilistic")
+# "vllm": vLLM 0.34's batch draft budget (global argmax of expected tokens / step cost, then the
+# budget's slots by survival); "algorithm1": the DSpark paper's greedy admission that stops at the
+# first non-improvement. Both in common.sampling; see docs there.
+ADAPTIVE_POLICIES = ("vllm", "algorithm1")
 
 
 class OptionsError(ValueError):
@@ -33,8 +37,19 @@ class EngineOptions:
         (`block_size` anchor-first, `block_size - 1` for 1+N); must be 1..that.
     draft_sampling: "greedy" (drafts are argmax) or "probabilistic" (Gumbel sampling at the request
         temperature, verified by rejection sampling).
-    adaptive_verification: verify only the confidence-scheduled prefix of each draft (needs a
-        confidence head); `sps_table` is the profiled steps-per-second table it maximises against.
+    adaptive_verification: verify only a confidence-scheduled prefix of each draft. Confidences
+        come from the draft's confidence head, or, without one, from vLLM's online acceptance
+        estimator (fitted while serving).
+    adaptive_policy: how verify lengths are chosen (ADAPTIVE_POLICIES); default vLLM's.
+    cost_table: a saved `PaddedCostTable` (JSON) of draft and padded verify step costs; None =
+        profile one at start-up on the batches the engine runs.
+    sps_table: algorithm1 only: a steps-per-second table by token count (the paper's model)
+        used instead of the padded cost table.
+    use_fp64_gumbel: float64 Gumbel noise for every draw (vLLM's `--use-fp64-gumbel`).
+    tp: ranks sharing the sampling (vLLM's batch-sharded sampling with `-tp N`): the engine
+        runs on every rank of an initialised torch.distributed world of this size (e.g. under
+        torchrun, gloo or NCCL), models replicated, each rank sampling the requests it owns;
+        outputs are bit-identical to tp=1 on every rank. 1 = one process.
     max_num_seqs: running requests per batch; max_model_len: prompt + output tokens per request.
     seed: default per-request seed base (a request's own `seed` wins).
     """
@@ -46,7 +61,11 @@ class EngineOptions:
     num_speculative_tokens: int | None = None
     draft_sampling: str = "probabilistic"
     adaptive_verification: bool = False
+    adaptive_policy: str = "vllm"
+    cost_table: str | None = None
     sps_table: str | None = None
+    use_fp64_gumbel: bool = False
+    tp: int = 1
     max_num_seqs: int = 8
     max_model_len: int = 2048
     seed: int = 0
@@ -58,6 +77,8 @@ class EngineOptions:
             raise OptionsError(
                 f"draft_sampling={self.draft_sampling!r}: choose one of {DRAFT_SAMPLING}."
             )
+        if self.tp < 1:
+            raise OptionsError(f"tp={self.tp}: must be >= 1.")
         if self.max_num_seqs < 1:
             raise OptionsError(f"max_num_seqs={self.max_num_seqs}: must be >= 1.")
         if self.max_model_len < 2:
@@ -66,6 +87,16 @@ class EngineOptions:
             raise OptionsError(
                 f"num_speculative_tokens={self.num_speculative_tokens}: must be >= 1 or None "
                 "(the checkpoint's default)."
+            )
+        if self.adaptive_policy not in ADAPTIVE_POLICIES:
+            raise OptionsError(
+                f"adaptive_policy={self.adaptive_policy!r}: choose one of {ADAPTIVE_POLICIES}."
+            )
+        if self.sps_table is not None and self.adaptive_policy != "algorithm1":
+            raise OptionsError(
+                f"sps_table={self.sps_table!r} prices Algorithm 1 by token count; with "
+                f"adaptive_policy={self.adaptive_policy!r} pass cost_table (or neither: the "
+                "engine profiles one), or set adaptive_policy='algorithm1'."
             )
         if self.checkpoint is None and self.adaptive_verification:
             raise OptionsError(

@@ -1,0 +1,133 @@
+"""The engine's adaptive verification with vLLM 0.34's policy (the default) and its fallback, the
+online acceptance estimator, for a draft without a confidence head; fp64 Gumbel noise.
+
+References: target-only sampling (a budget of zero verifies nothing, so every token is the
+target's own keyed draw), non-adaptive decoding (a flat cost verifies every draft, draw for
+draw), the target's greedy `generate`, and the estimator's own update run by hand on the
+engine's verdicts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from common.sampling.acceptance_estimator import OnlineAcceptanceEstimator
+from common.sampling.draft_budget import PaddedCostTable
+from serve.engine import SamplingParams
+from tests.test_engine import MAX_TOKENS, PROMPTS, greedy_params, make_engine, sampled_params
+from tests.test_engine_helpers import make_draft, make_target, reference_greedy
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+def cost_table(tmp_path, verify_ms, max_reqs=8, n=4) -> str:
+    """A saved PaddedCostTable: verify_ms(q) for every R, a 1 ms draft step."""
+    path = tmp_path / "cost.json"
+    rows = [[0.0] + [float(verify_ms(q)) for q in range(1, n + 2)] for _ in range(max_reqs + 1)]
+    PaddedCostTable([1.0] * (max_reqs + 1), rows, {}).save(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("confidence", [True, False], ids=["confidence-head", "estimator"])
+def test_zero_budget_is_plain_sampling_and_flat_cost_verifies_all(tmp_path, confidence):
+    target = make_target(2)
+    draft = make_draft(target, True, None, confidence=confidence)
+    params = sampled_params()
+    # A verify forward with any draft costs 1e6 ms: the argmax is the zero budget.
+    steep = cost_table(tmp_path, lambda q: 1.0 if q == 1 else 1e6)
+    ada = make_engine(target, draft, adaptive_verification=True, cost_table=steep, max_num_seqs=3)
+    plain = make_engine(target, None, max_num_seqs=2)
+    assert ada.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
+    assert ada.stats.spec.num_draft_tokens == 0 and ada.stats.spec.num_drafts > 0
+    # Flat cost: expected tokens only grow with the budget, so every draft is verified.
+    flat = cost_table(tmp_path, lambda q: 5.0)
+    ada = make_engine(target, draft, adaptive_verification=True, cost_table=flat, max_num_seqs=3)
+    full = make_engine(target, draft, max_num_seqs=3)
+    assert ada.generate(PROMPTS, params) == full.generate(PROMPTS, params)
+    assert ada.stats.spec.num_draft_tokens == full.stats.spec.num_draft_tokens
+
+
+def test_estimator_drives_greedy_exact_decoding_and_learns_from_verdicts(tmp_path):
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, None, tuned=True, strength=4.0, confidence=False)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    # Cost grows with the padded width: budgets are partial, so verdicts grade some slots only.
+    table = cost_table(tmp_path, lambda q: 2.0 + q)
+    eng = make_engine(target, draft, adaptive_verification=True, cost_table=table, max_num_seqs=3)
+    est = eng.estimator
+    assert isinstance(est, OnlineAcceptanceEstimator) and eng.conf_temperatures is None
+    est.REFIT_INTERVAL = 2
+    graded = []
+    real_step = est.step
+
+    def spy(rows, num_sampled, num_rejected):
+        graded.append((num_sampled - 1, num_sampled - 1 + num_rejected))
+        real_step(rows, num_sampled, num_rejected)
+
+    est.step = spy
+    assert eng.generate(PROMPTS, greedy_params()) == refs
+    assert graded, "the estimator never saw a verdict"
+    # Its statistics are exactly the verdicts the engine recorded: verified drafts per round.
+    verified = sum(int(v.sum()) for _, v in graded)
+    assert verified == eng.stats.spec.num_draft_tokens
+    assert sum(int(a.sum()) for a, _ in graded) == eng.stats.spec.num_accepted_tokens
+    assert not torch.allclose(est.intercepts, torch.full_like(est.intercepts, -0.2))
+
+
+def test_profiled_cost_table_has_the_padded_shape():
+    target = make_target(0)
+    draft = make_draft(target, True, None)
+    eng = make_engine(target, draft, adaptive_verification=True, max_num_seqs=3)
+    table = eng.cost
+    assert isinstance(table, PaddedCostTable)
+    assert len(table.draft_ms) == 4 and all(len(row) == 4 + 2 for row in table.verify_ms)
+    for row in table.verify_ms[1:]:
+        assert row[1:] == sorted(row[1:])  # a wider padded batch never looks cheaper
+    assert table.meta["profiled_num_reqs"] == [1, 2, 3]
+
+
+def test_fp64_gumbel_reaches_every_draw(monkeypatch):
+    import common.sampling.gumbel as gumbel_mod
+
+    seen = []
+    real = gumbel_mod.gumbel_noise
+
+    def spy(seeds, positions, cols, stream, fp64=False):
+        seen.append((int(stream), fp64))
+        return real(seeds, positions, cols, stream, fp64)
+
+    monkeypatch.setattr(gumbel_mod, "gumbel_noise", spy)
+    target = make_target(1)
+    draft = make_draft(target, True, None, strength=1.0)
+    params = sampled_params()
+    out = make_engine(target, draft, max_num_seqs=3, use_fp64_gumbel=True).generate(PROMPTS, params)
+    # Draft, correction/bonus and first-token draws all took float64 noise.
+    assert {s for s, _ in seen} == {1, 3} and all(fp64 for _, fp64 in seen)
+    again = make_engine(target, draft, max_num_seqs=3, use_fp64_gumbel=True)
+    assert again.generate(PROMPTS, params) == out  # keyed: reproducible
+    seen.clear()
+    make_engine(target, draft, max_num_seqs=3).generate(PROMPTS, params)
+    assert seen and not any(fp64 for _, fp64 in seen)  # the default stays float32
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    greedy = make_engine(target, draft, use_fp64_gumbel=True).generate(PROMPTS, greedy_params())
+    assert greedy == refs
+
+
+def test_fp64_target_only_equals_a_hand_loop_of_fp64_draws():
+    from common.sampling import Stream, gumbel_sample
+
+    target = make_target(1)
+    eng = make_engine(target, None, use_fp64_gumbel=True)
+    prompt, n = PROMPTS[0], 6
+    out = eng.generate([prompt], SamplingParams(max_tokens=n, temperature=0.8, seed=5))[0]
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            logits = target(torch.tensor([ids])).logits[:, -1]
+            pos = torch.tensor([len(ids) - 1])
+            tok = gumbel_sample(
+                logits, torch.tensor([0.8]), torch.tensor([5]), pos, stream=Stream.TARGET, fp64=True
+            )
+            ids.append(int(tok))
+    assert out == ids[len(prompt) :]
