@@ -4,7 +4,9 @@ Canonical (dense) layout, as DeepSeek ships its DSpark drafts:
     config.json         `DSparkConfig.to_hf_dict()` (Qwen3 backbone + DSpark keys, both layout keys)
     model.safetensors   keys = our parameter names (no `model.` prefix); weights in `dtype`
                         (bf16 by default), confidence head fp32, d2t int64 (+ t2d bool) only for a
-                        reduced vocab (vLLM has no d2t parameter for a full-vocab draft)
+                        reduced vocab (vLLM has no d2t parameter for a full-vocab draft); only
+                        what the draft owns: the target's embedding (and, full vocab, lm_head)
+                        are left out and shared by the loader (`shared_with_target`)
     provenance.json     resolved config, command, git SHA, package versions, vocab-count hash
 Speculators layout: the same weights; config.json carries `speculators_config` so that
 `vllm serve <ckpt>` needs no flags.
@@ -36,16 +38,35 @@ FP32_KEYS_PREFIX = "confidence_head."
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "safetensors", "dspark", "vllm")
 
 
-def export_state_dict(model: DSparkDraftModel, dtype=torch.bfloat16, include_embed=True):
-    """Tensors exactly as written to model.safetensors."""
+TARGET_OWNED = ("embed_tokens.weight", "lm_head.weight")
+
+
+def shared_with_target(cfg: DSparkConfig) -> tuple[str, ...]:
+    """Keys the draft takes from the target rather than owning: its input embedding always (the
+    draft's hidden size is the target's and the table is frozen), and its lm_head when the draft
+    vocabulary is the full one (with a reduced vocabulary the lm_head rows are the draft's own).
+    vLLM's `load_dspark_model` (0.26-0.34) aliases the target's tensors for missing keys."""
+    return TARGET_OWNED if not cfg.reduced_vocab else TARGET_OWNED[:1]
+
+
+def export_state_dict(
+    model: DSparkDraftModel, dtype=torch.bfloat16, include_embed=False, include_lm_head=False
+):
+    """Tensors exactly as written to model.safetensors: what the draft owns, plus the target's
+    embedding / lm_head copies only when `include_embed` / `include_lm_head` ask for them."""
     cfg = model.config
+    skip = set(shared_with_target(cfg))
+    if include_embed:
+        skip.discard("embed_tokens.weight")
+    if include_lm_head:
+        skip.discard("lm_head.weight")
     out = {}
     for name, t in model.state_dict().items():
         if name in ("d2t", "t2d"):
             if cfg.reduced_vocab:
                 out[name] = t.to(torch.int64 if name == "d2t" else torch.bool)
             continue
-        if name == "embed_tokens.weight" and not include_embed:
+        if name in skip:
             continue
         out[name] = t.to(torch.float32 if name.startswith(FP32_KEYS_PREFIX) else dtype)
     return {k: v.detach().contiguous().cpu() for k, v in out.items()}
@@ -131,7 +152,8 @@ def save_checkpoint(
     *,
     fmt: str = "canonical",
     dtype: torch.dtype = torch.bfloat16,
-    include_embed: bool = True,
+    include_embed: bool = False,
+    include_lm_head: bool = False,
     provenance: dict[str, Any] | None = None,
     verifier: str | None = None,
     overwrite: bool = True,
@@ -156,7 +178,8 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        save_file(export_state_dict(model, dtype, include_embed), str(tmp / WEIGHTS_NAME))
+        tensors = export_state_dict(model, dtype, include_embed, include_lm_head)
+        save_file(tensors, str(tmp / WEIGHTS_NAME))
         prov = make_provenance(cfg, provenance)
         (tmp / PROVENANCE_NAME).write_text(json.dumps(prov, indent=2, default=str) + "\n")
         problems = check_checkpoint(tmp)
@@ -211,18 +234,24 @@ def load_checkpoint(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     target_embed: torch.Tensor | None = None,
+    target_lm_head: torch.Tensor | None = None,
 ) -> DSparkDraftModel:
-    """Load either layout into a DSparkDraftModel. A checkpoint written without embed_tokens
-    needs `target_embed` ([V, H], the target's input embedding)."""
+    """Load either layout into a DSparkDraftModel. Keys the export left to the target
+    (`shared_with_target`: embed_tokens, and lm_head with the full vocabulary) are filled from
+    `target_embed` / `target_lm_head` ([V, H], the target's tables), as vLLM's loader does."""
     cfg = read_config(ckpt_dir)
     tensors = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
-    if "embed_tokens.weight" not in tensors:
-        if target_embed is None:
+    given = {"embed_tokens.weight": target_embed, "lm_head.weight": target_lm_head}
+    for key in shared_with_target(cfg):
+        if key in tensors:
+            continue
+        if given[key] is None:
+            arg = "target_embed" if key.startswith("embed") else "target_lm_head"
             raise ValueError(
-                f"{ckpt_dir} has no embed_tokens.weight: pass target_embed (the target's "
-                "input embedding) to load it"
+                f"{ckpt_dir} has no {key} (it shares the target's): pass {arg} (the target's "
+                f"{'input embedding' if arg == 'target_embed' else 'lm_head'}) to load it"
             )
-        tensors["embed_tokens.weight"] = target_embed
+        tensors[key] = given[key]
     model = DSparkDraftModel(cfg)
     if not cfg.reduced_vocab:
         tensors.setdefault("d2t", model.d2t)

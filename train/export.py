@@ -7,32 +7,39 @@ from pathlib import Path
 
 import torch
 
-from common.checkpoint import save_checkpoint
+from common.checkpoint import WEIGHTS_NAME, save_checkpoint
 from common.model import DSparkDraftModel
 
 EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+def print_export_size(ckpt: Path) -> None:
+    """One line: the folder's weights size, and the target tables it leaves to the loader."""
+    from safetensors import safe_open
+
+    with safe_open(str(ckpt / WEIGHTS_NAME), framework="pt") as f:
+        keys = set(f.keys())
+    size = sum(p.stat().st_size for p in ckpt.iterdir() if p.is_file())
+    shared = [k for k in ("embed_tokens.weight", "lm_head.weight") if k not in keys]
+    note = f" (shares the target's {', '.join(shared)})" if shared else ""
+    print(f"[distill] exported {ckpt}: {size / 2**20:.2f} MiB{note}")
+
+
 def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dict, result) -> Path:
     ecfg = cfg.export
     dtype = EXPORT_DTYPES[ecfg.dtype]
-    final = save_checkpoint(
-        draft,
-        output_dir / "final",
+    kw = dict(
         dtype=dtype,
         include_embed=ecfg.include_embed,
+        include_lm_head=ecfg.include_lm_head,
         provenance=provenance,
         verifier=cfg.target.path,
     )
+    final = save_checkpoint(draft, output_dir / "final", **kw)
+    print_export_size(final)
     if ecfg.speculators:
-        save_checkpoint(
-            draft,
-            output_dir / "final-speculators",
-            fmt="speculators",
-            dtype=dtype,
-            include_embed=ecfg.include_embed,
-            provenance=provenance,
-            verifier=cfg.target.path,
+        print_export_size(
+            save_checkpoint(draft, output_dir / "final-speculators", fmt="speculators", **kw)
         )
     metrics = dict(result.eval or result.train)
     per_pos = metrics.pop("acceptance_per_pos", [])
