@@ -81,6 +81,9 @@ class DSparkConfig:
     dspark_draft_topk: int | None = None
     # Free-form provenance of the target (name or path); not read by vLLM.
     target_name_or_path: str | None = None
+    # The target's final-logit soft cap (Gemma's `final_logit_softcapping`): the training teacher
+    # applies it as the target's forward does. Not read by vLLM (its target applies it itself).
+    target_logit_softcap: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -222,6 +225,9 @@ class DSparkConfig:
             rope_theta=float(rope_theta),
             max_position_embeddings=int(text.get("max_position_embeddings", 40960)),
             target_name_or_path=tc.get("_name_or_path") or None,
+            target_logit_softcap=float(text["final_logit_softcapping"])
+            if text.get("final_logit_softcapping")
+            else None,
         )
         unknown = set(choices) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -275,6 +281,8 @@ class DSparkConfig:
             d["dspark_draft_topk"] = self.dspark_draft_topk
         if self.target_name_or_path:
             d["target_name_or_path"] = self.target_name_or_path
+        if self.target_logit_softcap is not None:
+            d["target_logit_softcap"] = self.target_logit_softcap
         if self.extra:
             d["dspark_extra"] = dict(self.extra)
         return d
@@ -308,4 +316,4 @@ class DSparkConfig:
         return cls(**kw)
 
 
-_NULLABLE = {"draft_vocab_size", "dspark_draft_topk", "target_name_or_path"}
+_NULLABLE = {"draft_vocab_size", "dspark_draft_topk", "target_name_or_path", "target_logit_softcap"}
