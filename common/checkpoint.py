@@ -39,6 +39,27 @@ PACKAGES = ("torch", "transformers", "accelerate", "datasets", "safetensors", "d
 
 
 TARGET_OWNED = ("embed_tokens.weight", "lm_head.weight")
+# The speculators layout names the gated / rnn Markov projections as `speculators` does (its
+# `MarkovHead.gate_proj` / `joint_proj`, same input order); every other key is shared.
+SPECULATORS_RENAMES = {
+    "markov_head.markov_gate.": "markov_head.gate_proj.",
+    "markov_head.markov_rnn.": "markov_head.joint_proj.",
+}
+
+
+def layout_key(name: str, speculators: bool, to_ours: bool = False) -> str:
+    """Our parameter name -> its key in the file (or back with `to_ours`)."""
+    if not speculators:
+        return name
+    for ours, theirs in SPECULATORS_RENAMES.items():
+        src, dst = (theirs, ours) if to_ours else (ours, theirs)
+        if name.startswith(src):
+            return dst + name[len(src) :]
+    return name
+
+
+def is_speculators_config(raw: dict) -> bool:
+    return "speculators_config" in raw
 
 
 def shared_with_target(cfg: DSparkConfig) -> tuple[str, ...]:
@@ -104,11 +125,40 @@ def make_provenance(cfg: DSparkConfig, extra: dict[str, Any] | None = None) -> d
     }
 
 
+def verifier_name_or_path(verifier: str | None) -> str:
+    """What `verifier.name_or_path` must hold so the checkpoint loads from any directory: the hub
+    id of a hub-cache snapshot (`.../models--ORG--NAME/snapshots/SHA`), else the absolute path of
+    a local folder, else the string as given (a hub id)."""
+    if not verifier:
+        return ""
+    path = Path(verifier).expanduser()
+    if not path.is_dir():
+        return verifier
+    path = path.resolve()
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name[len("models--") :].replace("--", "/")
+    return str(path)
+
+
+def _verifier_architectures(verifier: str | None) -> list[str]:
+    cfg = Path(verifier).expanduser() / CONFIG_NAME if verifier else None
+    if cfg is None or not cfg.is_file():
+        return []
+    try:
+        return list(json.loads(cfg.read_text()).get("architectures") or [])
+    except (json.JSONDecodeError, AttributeError):
+        return []
+
+
 def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any]:
-    """config.json of the speculators layout (vLLM's `update_dspark` reads the top-level keys;
-    note its `sample_from_anchor` default is False, so it is always written)."""
+    """config.json of the speculators layout, as `speculators==0.9.0` validates it
+    (`SpeculatorModelConfig.from_pretrained`: DSpark's proposal type is "greedy") and vLLM's
+    `update_dspark` reads it (top-level keys; its `sample_from_anchor` default is False, so it is
+    always written). `aux_hidden_state_layer_ids` are target_layer_ids + 1 (HF hidden-state
+    indices)."""
     hf = cfg.to_hf_dict()
     layer = {k: hf[k] for k in hf if k not in _DSPARK_TOP_LEVEL and k != "architectures"}
+    verifier = verifier or cfg.target_name_or_path
     return {
         "architectures": ["Qwen3DSparkModel"],
         "speculators_model_type": "dspark",
@@ -116,12 +166,12 @@ def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any
         "speculators_config": {
             "algorithm": "dspark",
             "proposal_methods": [
-                {"proposal_type": "dspark", "speculative_tokens": cfg.num_speculative_tokens}
+                {"proposal_type": "greedy", "speculative_tokens": cfg.num_speculative_tokens}
             ],
-            "default_proposal_method": "dspark",
+            "default_proposal_method": "greedy",
             "verifier": {
-                "name_or_path": verifier or cfg.target_name_or_path or "",
-                "architectures": [],
+                "name_or_path": verifier_name_or_path(verifier),
+                "architectures": _verifier_architectures(verifier),
             },
         },
         "transformer_layer_config": layer,
@@ -143,6 +193,8 @@ _DSPARK_TOP_LEVEL = (
     "target_layer_ids",
     "target_num_hidden_layers",
     "dspark_bonus_anchor",
+    "target_logit_softcap",
+    "target_config_hash",
 )
 
 
@@ -179,9 +231,12 @@ def save_checkpoint(
     try:
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         tensors = export_state_dict(model, dtype, include_embed, include_lm_head)
+        tensors = {layout_key(k, fmt == "speculators"): v for k, v in tensors.items()}
         save_file(tensors, str(tmp / WEIGHTS_NAME))
         prov = make_provenance(cfg, provenance)
         (tmp / PROVENANCE_NAME).write_text(json.dumps(prov, indent=2, default=str) + "\n")
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # world-readable: a server or hub client may run as another user
         problems = check_checkpoint(tmp)
         if problems:
             raise ValueError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
@@ -218,14 +273,33 @@ def _replace_dir(new: Path, out: Path) -> None:
 def read_config(ckpt_dir: str | os.PathLike) -> DSparkConfig:
     """DSparkConfig from either layout's config.json."""
     d = json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text())
-    if "speculators_config" in d:
-        flat = dict(d.get("transformer_layer_config") or {})
-        flat.update({k: d[k] for k in _DSPARK_TOP_LEVEL if k in d})
-        if "target_layer_ids" not in d:
-            flat["target_layer_ids"] = [i - 1 for i in d["aux_hidden_state_layer_ids"]]
-        flat.setdefault("sample_from_anchor", False)  # vLLM's default for this layout
-        d = flat
+    if is_speculators_config(d):
+        d = _flatten_speculators(d)
     return DSparkConfig.from_hf_dict(d)
+
+
+def _flatten_speculators(d: dict[str, Any]) -> dict[str, Any]:
+    """The flat DSpark dict of a speculators-layout config.json, ours or one `speculators`
+    wrote (which has no target_layer_ids / target_num_hidden_layers, may write
+    `target_hidden_size: null`, and keeps rope_theta only under rope_parameters)."""
+    flat = dict(d.get("transformer_layer_config") or {})
+    flat.update({k: d[k] for k in _DSPARK_TOP_LEVEL if d.get(k) is not None})
+    if "target_layer_ids" not in flat:
+        flat["target_layer_ids"] = [i - 1 for i in d["aux_hidden_state_layer_ids"]]
+    flat.setdefault("target_hidden_size", flat.get("hidden_size"))
+    rope = flat.get("rope_parameters") or {}
+    if flat.get("rope_theta") is None and "rope_theta" in rope:
+        flat["rope_theta"] = rope["rope_theta"]
+    if "target_num_hidden_layers" not in flat:
+        verifier = (d["speculators_config"].get("verifier") or {}).get("name_or_path") or ""
+        vcfg = Path(verifier) / CONFIG_NAME if verifier else None
+        if vcfg is not None and vcfg.is_file():
+            text = json.loads(vcfg.read_text())
+            text = text.get("text_config") or text
+            if "num_hidden_layers" in text:
+                flat["target_num_hidden_layers"] = int(text["num_hidden_layers"])
+    flat.setdefault("sample_from_anchor", False)  # vLLM's default for this layout
+    return flat
 
 
 def load_checkpoint(
@@ -240,7 +314,9 @@ def load_checkpoint(
     (`shared_with_target`: embed_tokens, and lm_head with the full vocabulary) are filled from
     `target_embed` / `target_lm_head` ([V, H], the target's tables), as vLLM's loader does."""
     cfg = read_config(ckpt_dir)
+    spec = is_speculators_config(json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text()))
     tensors = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
+    tensors = {layout_key(k, spec, to_ours=True): v for k, v in tensors.items()}
     given = {"embed_tokens.weight": target_embed, "lm_head.weight": target_lm_head}
     for key in shared_with_target(cfg):
         if key in tensors:

@@ -21,6 +21,8 @@ from common.checkpoint import (
     FP32_KEYS_PREFIX,
     PROVENANCE_NAME,
     WEIGHTS_NAME,
+    is_speculators_config,
+    layout_key,
     read_config,
     shared_with_target,
 )
@@ -128,7 +130,9 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
             "(serve gated/rnn with the embedded engine or a vLLM model plugin)"
         )
     with torch.device("meta"):
-        expected = DSparkDraftModel(cfg).state_dict()
+        ours = DSparkDraftModel(cfg).state_dict()
+    spec = is_speculators_config(raw)
+    expected = {layout_key(k, spec): v for k, v in ours.items()}
     if not cfg.reduced_vocab:
         expected.pop("d2t"), expected.pop("t2d")
     with safe_open(str(d / WEIGHTS_NAME), framework="pt") as f:

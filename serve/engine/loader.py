@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from common.checkpoint import load_checkpoint, read_config
-from common.config import DSparkConfig
+from common.config import DSparkConfig, target_config_hash
 from serve.engine.options import EngineOptions, OptionsError
 
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -63,6 +63,14 @@ def check_pair(model: nn.Module, draft_cfg: DSparkConfig, tokenizer=None) -> Non
             f"draft target_num_hidden_layers={draft_cfg.target_num_hidden_layers}, target has "
             f"{n}: wrong target for this draft"
         )
+    if not problems and draft_cfg.target_config_hash:
+        served = target_config_hash(cfg)
+        if served != draft_cfg.target_config_hash:
+            problems.append(
+                f"the draft was trained against a target whose config hash is "
+                f"{draft_cfg.target_config_hash}; this target's is {served} (common.config."
+                "TARGET_HASH_KEYS differ): wrong target for this draft"
+            )
     if tokenizer is not None and len(tokenizer) > cfg.vocab_size:
         problems.append(
             f"tokenizer has {len(tokenizer)} tokens but the model vocab is {cfg.vocab_size}: "

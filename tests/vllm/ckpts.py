@@ -114,13 +114,10 @@ def make_draft(
     cfg = DSparkConfig.from_target(
         tcfg,
         mask_token_id=MASK_ID,
-        num_hidden_layers=2,
-        block_size=4,
-        markov_rank=16,
         draft_vocab_size=draft_vocab_size,
         sample_from_anchor=sample_from_anchor,
         target_name_or_path=str(target_dir),
-        **choices,
+        **{"num_hidden_layers": 2, "block_size": 4, "markov_rank": 16, **choices},
     )
     model = DSparkDraftModel(cfg)
     randomise_(model, seed)
