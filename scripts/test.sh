@@ -12,3 +12,4 @@ python3 -m ruff check .
 python3 -m ruff format --check .
 python3 -m pytest -m "not vllm and not gpu" -p no:cacheprovider -o addopts="" -q
 bash scripts/test_vllm.sh
+bash scripts/test_interop.sh

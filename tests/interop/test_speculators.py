@@ -150,7 +150,8 @@ def test_our_export_loads_losslessly_in_speculators(choices, random_target, tmp_
         tmp_path / "final-speculators",
         fmt="speculators",
         embed_from_target=True,
-        include_embed=False,
+        include_embed=False,  # the lean export train.export writes
+        include_lm_head=False,
         **choices,
     )
     monkeypatch.chdir(tmp_path.parent)  # the verifier path must not depend on the cwd

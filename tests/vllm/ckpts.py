@@ -26,10 +26,16 @@ ROLES = ["system", "user", "assistant"]  # plain words of the chat template
 TRAINED_WORDS = 32  # words the trained target sees (a 32-entry map learns in seconds)
 
 
-def target_hf_config(num_layers: int = 6):
-    from transformers import Qwen3Config
+TARGET_FAMILIES = ("qwen3", "llama")
 
-    return Qwen3Config(
+
+def target_hf_config(num_layers: int = 6, family: str = "qwen3"):
+    """The tiny target's config: Qwen3 (q/k norms) or Llama (no q/k norms, biasless MLP and
+    attention, its own loader in vLLM), same sizes."""
+    import transformers
+
+    cls = {"qwen3": "Qwen3Config", "llama": "LlamaConfig"}[family]
+    return getattr(transformers, cls)(
         vocab_size=VOCAB,
         hidden_size=64,
         intermediate_size=128,
@@ -70,13 +76,17 @@ def word_tokenizer():
     )
 
 
-def write_random_target(out: Path, num_layers: int = 6, seed: int = 0) -> Path:
-    """Random-weight tiny Qwen3 + tokenizer (enough for config parsing and weight layout)."""
-    from transformers import Qwen3ForCausalLM
+def write_random_target(
+    out: Path, num_layers: int = 6, seed: int = 0, family: str = "qwen3"
+) -> Path:
+    """Random-weight tiny Qwen3 or Llama + tokenizer (enough for config parsing and weight
+    layout)."""
+    from transformers import AutoModelForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    Qwen3ForCausalLM(target_hf_config(num_layers)).save_pretrained(out)
+    model = AutoModelForCausalLM.from_config(target_hf_config(num_layers, family))
+    model.save_pretrained(out)
     word_tokenizer().save_pretrained(out)
     return out
 
@@ -101,11 +111,15 @@ def make_draft(
     draft_vocab_size: int | None = 200,
     dtype: torch.dtype = torch.float32,
     include_embed: bool = True,
+    include_lm_head: bool = True,
     embed_from_target: bool = False,
     seed: int = 0,
     **choices,
 ) -> tuple[Path, DSparkDraftModel]:
-    """A randomised DSpark draft for `target_dir`, saved by our exporter in `fmt`.
+    """A randomised DSpark draft for `target_dir`, saved by our exporter in `fmt`, with the
+    embedding / full-vocab lm_head written (a self-contained file: every vLLM parameter comes from
+    it) unless `include_embed` / `include_lm_head` say otherwise (the lean export of
+    `train.export`: both False).
     `embed_from_target`: embedding and lm_head (rows t2d) copied from the target's weights, as
     the training pipeline does (`init_from_target`), instead of random."""
     from transformers import AutoConfig
@@ -137,7 +151,13 @@ def make_draft(
             target.get_input_embeddings().weight, target.lm_head.weight, d2t=d2t, t2d=t2d
         )
     path = save_checkpoint(
-        model, out_dir, fmt=fmt, dtype=dtype, include_embed=include_embed, verifier=str(target_dir)
+        model,
+        out_dir,
+        fmt=fmt,
+        dtype=dtype,
+        include_embed=include_embed,
+        include_lm_head=include_lm_head,
+        verifier=str(target_dir),
     )
     return path, model
 
