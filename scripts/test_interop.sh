@@ -26,9 +26,11 @@ STAMP="recipe=1 repo=$REPO torch=$TORCH_VERSION pinned=${PINNED[*]} deps=${DEPS[
 
 t0=$SECONDS
 pip_install() {
-    # The machine's pip config lists local index folders that lack most names; drop that noise.
+    # Dropped noise: the machine's pip config lists local index folders that lack most names, and
+    # pip's resolver lists the requirements of the two --no-deps packages that are not installed
+    # on purpose (sglang, torch 2.11, ...).
     "$VENV/bin/python" -m pip install --quiet --progress-bar off "$@" \
-        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+        2> >(grep -v -E "is ignored: it is neither a file nor a directory|^(specforge|speculators) [0-9.]+ requires |^ERROR: pip's dependency resolver does not currently" >&2)
 }
 
 if [[ -x "$VENV/bin/python" && -f "$VENV/.dspark-stamp" && "$(cat "$VENV/.dspark-stamp")" == "$STAMP" ]]; then
