@@ -350,11 +350,23 @@ TARGET_HASH_KEYS = (
 
 
 def target_config_hash(target_config: Any) -> str:
-    """16 hex digits of sha256 over `TARGET_HASH_KEYS` of the target's (text) config."""
+    """16 hex digits of sha256 over `TARGET_HASH_KEYS` of the target's (text) config, normalised
+    so that transformers versions writing the same model differently agree: all-full
+    `layer_types` = absent, `sliding_window` only where some layer slides, `head_dim` and
+    `num_key_value_heads` defaulted as the models default them."""
     import hashlib
     import json
 
     tc = target_config if isinstance(target_config, dict) else target_config.to_dict()
     text = tc.get("text_config") or tc
     picked = {k: text.get(k) for k in TARGET_HASH_KEYS}
+    kinds = picked["layer_types"]
+    if kinds is not None and "sliding_attention" not in kinds:
+        picked["layer_types"] = picked["sliding_window"] = None
+    if text.get("use_sliding_window") is False:
+        picked["sliding_window"] = None
+    heads = picked["num_attention_heads"]
+    picked["num_key_value_heads"] = picked["num_key_value_heads"] or heads
+    if not picked["head_dim"] and heads:
+        picked["head_dim"] = picked["hidden_size"] // heads
     return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]

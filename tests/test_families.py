@@ -259,3 +259,27 @@ def test_teacher_applies_the_targets_soft_cap(tok):
     assert float(l1.max()) < 1e-9
     _, l1_uncapped = _chunk_terms(one_hot, final, labels, logits.T, head, None, None)
     assert float(l1_uncapped.min()) > 1e-3
+
+
+def test_target_config_hash_catches_another_target_not_another_version(tok):
+    """The hash ignores how a transformers version spells the same model (explicit all-full
+    layer_types, an unused sliding_window, a defaulted head_dim) and changes with the model; the
+    engine's loader refuses a draft trained against another target of equal vocab and widths."""
+    from common.config import DSparkConfig, target_config_hash
+    from serve.engine.loader import check_pair
+    from serve.engine.options import OptionsError
+
+    base = family_config("qwen3", tok).to_dict()
+    spelled = dict(base, layer_types=None, sliding_window=None)
+    assert target_config_hash(base) == target_config_hash(spelled)
+    llama = family_config("llama", tok).to_dict()
+    assert target_config_hash(llama) == target_config_hash(dict(llama, head_dim=None))
+    other = dict(base, intermediate_size=96)
+    assert target_config_hash(other) != target_config_hash(base)
+
+    target = build_target("qwen3", tok)
+    cfg = DSparkConfig.from_target(target.config, mask_token_id=3)
+    check_pair(target, cfg)  # its own target: fine
+    cfg.target_config_hash = target_config_hash(other)
+    with pytest.raises(OptionsError, match="config hash"):
+        check_pair(target, cfg)
