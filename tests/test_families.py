@@ -203,7 +203,7 @@ def test_train_export_check_and_serve(name, tok, tmp_path):
         torch.testing.assert_close(runner_logits, target(ids).logits.float(), atol=1e-5, rtol=1e-5)
 
 
-def test_lean_export_holds_only_what_the_draft_owns(tok, tmp_path):
+def test_lean_export_holds_only_what_the_draft_owns(tok, tmp_path, capsys):
     """Full vocabulary: no embed_tokens, no lm_head (both are the target's); the engine refills
     them from the target, so the served draft's tables equal the target's."""
     from safetensors import safe_open
@@ -227,6 +227,10 @@ def test_lean_export_holds_only_what_the_draft_owns(tok, tmp_path):
         "draft.block_size=4",
     ]
     assert main(argv) == 0
+    printed = capsys.readouterr().out
+    for layout in ("final", "final-speculators"):
+        assert f"exported {out / layout}: " in printed
+    assert "MiB (shares the target's embed_tokens.weight, lm_head.weight)" in printed
     with safe_open(str(out / "final" / WEIGHTS_NAME), framework="pt") as f:
         keys = set(f.keys())
     assert not {"embed_tokens.weight", "lm_head.weight"} & keys

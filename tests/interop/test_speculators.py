@@ -207,6 +207,7 @@ def test_config_verifier_and_file_modes(random_target, tmp_path, monkeypatch):
 
 
 def test_speculators_written_checkpoint_is_checked_and_served(random_target, tmp_path, monkeypatch):
+    from serve.check import main as serve_check
     from serve.engine import Engine, EngineOptions, SamplingParams
 
     verifier_cfg = AutoConfig.from_pretrained(random_target)
@@ -233,6 +234,7 @@ def test_speculators_written_checkpoint_is_checked_and_served(random_target, tmp
     out = tmp_path / "spec-written"
     theirs.save_pretrained(out)
     assert check_checkpoint(out) == []
+    assert serve_check([str(out)]) == 0  # the CLI a user runs
     cfg = read_config(out)
     assert cfg.target_layer_ids == [1, 3] and cfg.num_speculative_tokens == 4
     ours = load_checkpoint(out, **target_tables(random_target)).float().eval()
