@@ -162,6 +162,8 @@ def test_train_export_check_and_serve(name, tok, tmp_path):
     assert main(argv) == 0
     for layout in ("final", "final-speculators"):
         assert check_checkpoint(out / layout) == [], layout
+        modes = {f.name: f.stat().st_mode & 0o777 for f in (out / layout).iterdir()}
+        assert set(modes.values()) == {0o644} and "README.md" in modes, modes
     written = json.loads((out / "final" / "config.json").read_text())
     assert written.get("target_logit_softcap") == FAMILIES[name][2].get("final_logit_softcapping")
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -69,6 +69,8 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
                 per_position_acceptance=per_pos,
                 repo_id=cfg.hub.repo_id,
             )
+            for f in d.iterdir():  # the card too: world-readable whatever the umask
+                f.chmod(0o644)
     if cfg.hub.repo_id:
         from train.push import push_checkpoint
 
