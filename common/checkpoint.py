@@ -4,7 +4,9 @@ Canonical (dense) layout, as DeepSeek ships its DSpark drafts:
     config.json         `DSparkConfig.to_hf_dict()` (Qwen3 backbone + DSpark keys, both layout keys)
     model.safetensors   keys = our parameter names (no `model.` prefix); weights in `dtype`
                         (bf16 by default), confidence head fp32, d2t int64 (+ t2d bool) only for a
-                        reduced vocab (vLLM has no d2t parameter for a full-vocab draft)
+                        reduced vocab (vLLM has no d2t parameter for a full-vocab draft); only
+                        what the draft owns: the target's embedding (and, full vocab, lm_head)
+                        are left out and shared by the loader (`shared_with_target`)
     provenance.json     resolved config, command, git SHA, package versions, vocab-count hash
 Speculators layout: the same weights; config.json carries `speculators_config` so that
 `vllm serve <ckpt>` needs no flags.
@@ -39,7 +41,10 @@ from common.checkpoint_files import (  # re-exported: the names every reader imp
     FP32_KEYS_PREFIX,
     PROVENANCE_NAME,
     WEIGHTS_NAME,
+    is_speculators_config,
+    layout_key,
     read_config,
+    shared_with_target,
 )
 from common.config import DSparkConfig
 from common.contract import check_checkpoint
@@ -51,16 +56,24 @@ FREE_SPACE_MARGIN, FREE_SPACE_FLOOR = 0.10, 16 << 20
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "safetensors", "dspark", "vllm")
 
 
-def export_state_dict(model: DSparkDraftModel, dtype=torch.bfloat16, include_embed=True):
-    """Tensors exactly as written to model.safetensors."""
+def export_state_dict(
+    model: DSparkDraftModel, dtype=torch.bfloat16, include_embed=False, include_lm_head=False
+):
+    """Tensors exactly as written to model.safetensors: what the draft owns, plus the target's
+    embedding / lm_head copies only when `include_embed` / `include_lm_head` ask for them."""
     cfg = model.config
+    skip = set(shared_with_target(cfg))
+    if include_embed:
+        skip.discard("embed_tokens.weight")
+    if include_lm_head:
+        skip.discard("lm_head.weight")
     out = {}
     for name, t in model.state_dict().items():
         if name in ("d2t", "t2d"):
             if cfg.reduced_vocab:
                 out[name] = t.to(torch.int64 if name == "d2t" else torch.bool)
             continue
-        if name == "embed_tokens.weight" and not include_embed:
+        if name in skip:
             continue
         out[name] = t.to(torch.float32 if name.startswith(FP32_KEYS_PREFIX) else dtype)
     return {k: v.detach().contiguous().cpu() for k, v in out.items()}
@@ -117,11 +130,40 @@ def make_provenance(cfg: DSparkConfig, extra: dict[str, Any] | None = None) -> d
     }
 
 
+def verifier_name_or_path(verifier: str | None) -> str:
+    """What `verifier.name_or_path` must hold so the checkpoint loads from any directory: the hub
+    id of a hub-cache snapshot (`.../models--ORG--NAME/snapshots/SHA`), else the absolute path of
+    a local folder, else the string as given (a hub id)."""
+    if not verifier:
+        return ""
+    path = Path(verifier).expanduser()
+    if not path.is_dir():
+        return verifier
+    path = path.resolve()
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name[len("models--") :].replace("--", "/")
+    return str(path)
+
+
+def _verifier_architectures(verifier: str | None) -> list[str]:
+    cfg = Path(verifier).expanduser() / CONFIG_NAME if verifier else None
+    if cfg is None or not cfg.is_file():
+        return []
+    try:
+        return list(json.loads(cfg.read_text()).get("architectures") or [])
+    except (json.JSONDecodeError, AttributeError):
+        return []
+
+
 def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any]:
-    """config.json of the speculators layout (vLLM's `update_dspark` reads the top-level keys;
-    note its `sample_from_anchor` default is False, so it is always written)."""
+    """config.json of the speculators layout, as `speculators==0.9.0` validates it
+    (`SpeculatorModelConfig.from_pretrained`: DSpark's proposal type is "greedy") and vLLM's
+    `update_dspark` reads it (top-level keys; its `sample_from_anchor` default is False, so it is
+    always written). `aux_hidden_state_layer_ids` are target_layer_ids + 1 (HF hidden-state
+    indices)."""
     hf = cfg.to_hf_dict()
     layer = {k: hf[k] for k in hf if k not in DSPARK_TOP_LEVEL_KEYS and k != "architectures"}
+    verifier = verifier or cfg.target_name_or_path
     return {
         "architectures": ["Qwen3DSparkModel"],
         "speculators_model_type": "dspark",
@@ -129,12 +171,12 @@ def speculators_config(cfg: DSparkConfig, verifier: str | None) -> dict[str, Any
         "speculators_config": {
             "algorithm": "dspark",
             "proposal_methods": [
-                {"proposal_type": "dspark", "speculative_tokens": cfg.num_speculative_tokens}
+                {"proposal_type": "greedy", "speculative_tokens": cfg.num_speculative_tokens}
             ],
-            "default_proposal_method": "dspark",
+            "default_proposal_method": "greedy",
             "verifier": {
-                "name_or_path": verifier or cfg.target_name_or_path or "",
-                "architectures": [],
+                "name_or_path": verifier_name_or_path(verifier),
+                "architectures": _verifier_architectures(verifier),
             },
         },
         "transformer_layer_config": layer,
@@ -149,7 +191,8 @@ def save_checkpoint(
     *,
     fmt: str = "canonical",
     dtype: torch.dtype = torch.bfloat16,
-    include_embed: bool = True,
+    include_embed: bool = False,
+    include_lm_head: bool = False,
     provenance: dict[str, Any] | None = None,
     verifier: str | None = None,
     overwrite: bool = True,
@@ -172,7 +215,8 @@ def save_checkpoint(
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True or choose another directory")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tensors = export_state_dict(model, dtype, include_embed)
+    tensors = export_state_dict(model, dtype, include_embed, include_lm_head)
+    tensors = {layout_key(k, fmt == "speculators"): v for k, v in tensors.items()}
     need = sum(t.numel() * t.element_size() for t in tensors.values())
     check_free_space(out.parent, need, f"checkpoint {out}")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -186,6 +230,8 @@ def save_checkpoint(
             raise ValueError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
         if before_publish is not None:
             before_publish(tmp)
+        for f in tmp.iterdir():  # the card too: a server or hub client may run as another user
+            f.chmod(0o644)
         tmp.chmod(0o755)  # mkdtemp made it 0700: a server running as another user can't read it
         replace_dir(tmp, out)
     finally:
@@ -245,18 +291,26 @@ def load_checkpoint(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     target_embed: torch.Tensor | None = None,
+    target_lm_head: torch.Tensor | None = None,
 ) -> DSparkDraftModel:
-    """Load either layout into a DSparkDraftModel. A checkpoint written without embed_tokens
-    needs `target_embed` ([V, H], the target's input embedding)."""
+    """Load either layout into a DSparkDraftModel. Keys the export left to the target
+    (`shared_with_target`: embed_tokens, and lm_head with the full vocabulary) are filled from
+    `target_embed` / `target_lm_head` ([V, H], the target's tables), as vLLM's loader does."""
     cfg = read_config(ckpt_dir)
+    spec = is_speculators_config(json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text()))
     tensors = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
-    if "embed_tokens.weight" not in tensors:
-        if target_embed is None:
+    tensors = {layout_key(k, spec, to_ours=True): v for k, v in tensors.items()}
+    given = {"embed_tokens.weight": target_embed, "lm_head.weight": target_lm_head}
+    for key in shared_with_target(cfg):
+        if key in tensors:
+            continue
+        if given[key] is None:
+            arg = "target_embed" if key.startswith("embed") else "target_lm_head"
             raise ValueError(
-                f"{ckpt_dir} has no embed_tokens.weight: pass target_embed (the target's "
-                "input embedding) to load it"
+                f"{ckpt_dir} has no {key} (it shares the target's): pass {arg} (the target's "
+                f"{'input embedding' if arg == 'target_embed' else 'lm_head'}) to load it"
             )
-        tensors["embed_tokens.weight"] = target_embed
+        tensors[key] = given[key]
     model = DSparkDraftModel(cfg)
     if not cfg.reduced_vocab:
         tensors.setdefault("d2t", model.d2t)

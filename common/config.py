@@ -81,6 +81,12 @@ class DSparkConfig:
     dspark_draft_topk: int | None = None
     # Free-form provenance of the target (name or path); not read by vLLM.
     target_name_or_path: str | None = None
+    # The target's final-logit soft cap (Gemma's `final_logit_softcapping`): the training teacher
+    # applies it as the target's forward does. Not read by vLLM (its target applies it itself).
+    target_logit_softcap: float | None = None
+    # `target_config_hash` of the target trained against: a loader with the target in hand
+    # refuses a different one (same vocab and widths can still be another model).
+    target_config_hash: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -222,6 +228,10 @@ class DSparkConfig:
             rope_theta=float(rope_theta),
             max_position_embeddings=int(text.get("max_position_embeddings", 40960)),
             target_name_or_path=tc.get("_name_or_path") or None,
+            target_logit_softcap=float(text["final_logit_softcapping"])
+            if text.get("final_logit_softcapping")
+            else None,
+            target_config_hash=target_config_hash(tc),
         )
         unknown = set(choices) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -275,6 +285,10 @@ class DSparkConfig:
             d["dspark_draft_topk"] = self.dspark_draft_topk
         if self.target_name_or_path:
             d["target_name_or_path"] = self.target_name_or_path
+        if self.target_logit_softcap is not None:
+            d["target_logit_softcap"] = self.target_logit_softcap
+        if self.target_config_hash:
+            d["target_config_hash"] = self.target_config_hash
         if self.extra:
             d["dspark_extra"] = dict(self.extra)
         return d
@@ -308,4 +322,51 @@ class DSparkConfig:
         return cls(**kw)
 
 
-_NULLABLE = {"draft_vocab_size", "dspark_draft_topk", "target_name_or_path"}
+_NULLABLE = {
+    "draft_vocab_size",
+    "dspark_draft_topk",
+    "target_name_or_path",
+    "target_logit_softcap",
+    "target_config_hash",
+}
+
+# The target-config keys that decide whether a draft fits: its vocabulary, widths, depth,
+# attention layout and logit transform. Names and versions are left out on purpose.
+TARGET_HASH_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "tie_word_embeddings",
+    "layer_types",
+    "sliding_window",
+    "final_logit_softcapping",
+    "rms_norm_eps",
+)
+
+
+def target_config_hash(target_config: Any) -> str:
+    """16 hex digits of sha256 over `TARGET_HASH_KEYS` of the target's (text) config, normalised
+    so that transformers versions writing the same model differently agree: all-full
+    `layer_types` = absent, `sliding_window` only where some layer slides, `head_dim` and
+    `num_key_value_heads` defaulted as the models default them."""
+    import hashlib
+    import json
+
+    tc = target_config if isinstance(target_config, dict) else target_config.to_dict()
+    text = tc.get("text_config") or tc
+    picked = {k: text.get(k) for k in TARGET_HASH_KEYS}
+    kinds = picked["layer_types"]
+    if kinds is not None and "sliding_attention" not in kinds:
+        picked["layer_types"] = picked["sliding_window"] = None
+    if text.get("use_sliding_window") is False:
+        picked["sliding_window"] = None
+    heads = picked["num_attention_heads"]
+    picked["num_key_value_heads"] = picked["num_key_value_heads"] or heads
+    if not picked["head_dim"] and heads:
+        picked["head_dim"] = picked["hidden_size"] // heads
+    return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]

@@ -21,13 +21,16 @@ from common.checkpoint_files import (
     FP32_KEYS_PREFIX,
     PROVENANCE_NAME,
     WEIGHTS_NAME,
+    is_speculators_config,
+    layout_key,
     read_config,
+    shared_with_target,
 )
 from common.config import ConfigError, DSparkConfig
 from common.model import DSparkDraftModel
 from common.vocab import check_vocab_map
 
-OPTIONAL_KEYS = {"embed_tokens.weight", "t2d"}
+OPTIONAL_KEYS = {"embed_tokens.weight", "t2d"}  # + lm_head.weight with the full vocab
 
 
 def _config_problems(raw: dict) -> list[str]:
@@ -127,7 +130,9 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
             "(serve gated/rnn with the embedded engine or a vLLM model plugin)"
         )
     with torch.device("meta"):
-        expected = DSparkDraftModel(cfg).state_dict()
+        ours = DSparkDraftModel(cfg).state_dict()
+    spec = is_speculators_config(raw)
+    expected = {layout_key(k, spec): v for k, v in ours.items()}
     if not cfg.reduced_vocab:
         expected.pop("d2t"), expected.pop("t2d")
     with safe_open(str(d / WEIGHTS_NAME), framework="pt") as f:
@@ -138,7 +143,8 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
                 f"{len(prefixed)} keys carry a 'model.' prefix (e.g. {prefixed[0]}): vLLM adds it "
                 "itself, so these would load nowhere"
             )
-        for k in sorted(set(expected) - keys - OPTIONAL_KEYS):
+        optional = OPTIONAL_KEYS | set(shared_with_target(cfg))
+        for k in sorted(set(expected) - keys - optional):
             problems.append(f"missing tensor {k} {tuple(expected[k].shape)}")
         for k in sorted(keys - set(expected) - {p for p in prefixed}):
             problems.append(f"unexpected tensor {k} (vLLM would fail or ignore it)")

@@ -77,5 +77,28 @@ class TargetCapture:
 
 
 def target_head_weights(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input embedding [V, H], lm_head [V, H]) of an HF causal LM."""
+    """(input embedding [V, H], lm_head [V, H]) of an HF causal LM.
+
+    The embedding is the stored weight: Gemma's forward multiplies it by sqrt(hidden), vLLM's
+    draft reads the shared table without that factor, and so does ours (train and serve alike)."""
     return model.get_input_embeddings().weight, model.get_output_embeddings().weight
+
+
+def target_logit_softcap(model_or_config) -> float | None:
+    """The target's final-logit soft cap (Gemma 2/3 `final_logit_softcapping`), or None.
+
+    HF's forward and vLLM's logits processor both turn the lm_head output z into
+    `cap * tanh(z / cap)`; the teacher and the engine's verification must do the same."""
+    cfg = getattr(model_or_config, "config", model_or_config)
+    if isinstance(cfg, dict):
+        cfg = cfg.get("text_config") or cfg
+        cap = cfg.get("final_logit_softcapping")
+    else:
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        cap = getattr(cfg, "final_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
+def softcap_logits(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """`cap * tanh(logits / cap)`; identity when cap is None."""
+    return logits if cap is None else torch.tanh(logits / cap) * cap

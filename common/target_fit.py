@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from common.checkpoint import CONFIG_NAME, PROVENANCE_NAME, WEIGHTS_NAME, read_config
-from common.config import DSparkConfig
+from common.checkpoint_files import CONFIG_NAME, PROVENANCE_NAME, WEIGHTS_NAME, read_config
+from common.config import DSparkConfig, target_config_hash
 
 TOKENIZER_HASH_KEY = "target_tokenizer_hash"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -120,6 +120,13 @@ def fit_problems(
                     f"block layout {key}: config.json {now!r}, trained {trained!r} "
                     "(provenance.json): the layout keys were changed after training"
                 )
+    if not problems and draft.target_config_hash:
+        served = target_config_hash(target)
+        if served != draft.target_config_hash:
+            problems.append(
+                f"target_config_hash: draft {draft.target_config_hash}, target {served} (the "
+                "target's config hash over common.config.TARGET_HASH_KEYS differs): wrong target"
+            )
     if tokenizer is not None:
         if vocab is not None and len(tokenizer) > vocab:
             problems.append(

@@ -14,3 +14,4 @@ python3 -m ruff format --check .
 bash scripts/fetch_vllm_oracle.sh || echo "[test] vLLM oracle files unavailable: the oracle tests skip"
 python3 -m pytest -m "not vllm" -p no:cacheprovider -o addopts="" -q
 bash scripts/test_vllm.sh
+bash scripts/test_interop.sh

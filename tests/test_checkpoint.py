@@ -46,6 +46,15 @@ def logits_and_conf(model, batch):
     return logits, conf
 
 
+def target_tables(model) -> dict[str, torch.Tensor]:
+    """What a loader takes from the target for a lean export (tiny_model's tables are the
+    target's: the embedding, and for a full vocab the lm_head)."""
+    return {
+        "target_embed": model.embed_tokens.weight.detach().clone(),
+        "target_lm_head": model.lm_head.weight.detach().clone(),
+    }
+
+
 def files(d: pathlib.Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
@@ -55,7 +64,7 @@ def files(d: pathlib.Path) -> dict[str, bytes]:
 def test_fp32_round_trip_gives_identical_logits(tmp_path, batch, fmt, draft_vocab):
     model = tiny_model(draft_vocab_size=draft_vocab, markov_head_type="gated")
     out = save_checkpoint(model, tmp_path / "ckpt", fmt=fmt, dtype=torch.float32, verifier="tgt")
-    back = load_checkpoint(out)
+    back = load_checkpoint(out, **target_tables(model))
     assert dataclasses.asdict(back.config) == dataclasses.asdict(model.config)
     assert dataclasses.asdict(read_config(out)) == dataclasses.asdict(model.config)
     for a, b in zip(logits_and_conf(model, batch), logits_and_conf(back, batch), strict=True):
@@ -86,25 +95,42 @@ def test_bf16_export_loads_close(tmp_path, batch):
     assert tensors["fc.weight"].dtype == torch.bfloat16
     assert tensors["confidence_head.proj.weight"].dtype == torch.float32
     assert tensors["d2t"].dtype == torch.int64 and tensors["t2d"].dtype == torch.bool
-    back = load_checkpoint(out)  # fp32 model from bf16 weights
+    back = load_checkpoint(out, **target_tables(model))  # fp32 model from bf16 weights
     ref_logits, ref_conf = logits_and_conf(model, batch)
     logits, conf = logits_and_conf(back, batch)
     assert not torch.equal(logits, ref_logits)  # it really went through bf16
     torch.testing.assert_close(logits, ref_logits, rtol=0.05, atol=0.05)
     torch.testing.assert_close(conf, ref_conf, rtol=0.02, atol=0.02)
-    bf = load_checkpoint(out, dtype=torch.bfloat16)  # serving-like dtype; confidence stays fp32
+    bf = load_checkpoint(
+        out, dtype=torch.bfloat16, **target_tables(model)
+    )  # serving-like dtype; confidence stays fp32
     assert bf.fc.weight.dtype == torch.bfloat16
     assert bf.confidence_head.proj.weight.dtype == torch.float32
 
 
-def test_checkpoint_without_embedding_needs_the_target_embedding(tmp_path, batch):
-    model = tiny_model()
-    out = save_checkpoint(model, tmp_path / "noembed", dtype=torch.float32, include_embed=False)
-    assert "embed_tokens.weight" not in load_file(str(out / WEIGHTS_NAME))
+@pytest.mark.parametrize("draft_vocab", [None, 40], ids=["full_vocab", "reduced_vocab"])
+def test_lean_export_needs_the_target_tables(tmp_path, batch, draft_vocab):
+    """The export holds only what the draft owns: never the embedding, the lm_head only for a
+    reduced vocab (its rows are the draft's own); loading fills the rest from the target."""
+    model = tiny_model(draft_vocab_size=draft_vocab)
+    out = save_checkpoint(model, tmp_path / "lean", dtype=torch.float32)
+    keys = set(load_file(str(out / WEIGHTS_NAME)))
+    assert "embed_tokens.weight" not in keys
+    assert ("lm_head.weight" in keys) == (draft_vocab is not None)
     with pytest.raises(ValueError, match="target_embed"):
         load_checkpoint(out)
-    back = load_checkpoint(out, target_embed=model.embed_tokens.weight.detach().clone())
+    if draft_vocab is None:
+        with pytest.raises(ValueError, match="target_lm_head"):
+            load_checkpoint(out, target_embed=model.embed_tokens.weight.detach())
+    back = load_checkpoint(out, **target_tables(model))
     assert torch.equal(logits_and_conf(back, batch)[0], logits_and_conf(model, batch)[0])
+    full = save_checkpoint(
+        model, tmp_path / "full", dtype=torch.float32, include_embed=True, include_lm_head=True
+    )
+    assert {"embed_tokens.weight", "lm_head.weight"} <= set(load_file(str(full / WEIGHTS_NAME)))
+    assert torch.equal(
+        logits_and_conf(load_checkpoint(full), batch)[0], logits_and_conf(model, batch)[0]
+    )
 
 
 def test_provenance(tmp_path):
@@ -128,9 +154,8 @@ def test_overwrite_replaces_and_cleans_up(tmp_path, batch):
     out = save_checkpoint(tiny_model(seed=1), tmp_path / "ckpt", dtype=torch.float32)
     second = tiny_model(seed=2)
     save_checkpoint(second, out, dtype=torch.float32)
-    assert torch.equal(
-        logits_and_conf(load_checkpoint(out), batch)[0], logits_and_conf(second, batch)[0]
-    )
+    back = load_checkpoint(out, **target_tables(second))
+    assert torch.equal(logits_and_conf(back, batch)[0], logits_and_conf(second, batch)[0])
     assert leftovers(tmp_path, "ckpt") == []
     with pytest.raises(FileExistsError):
         save_checkpoint(second, out, overwrite=False)

@@ -172,14 +172,16 @@ def main(argv=None) -> int:
     )
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
-    draft = load_checkpoint(a.ckpt_dir, device=dev).eval()
-    if draft.confidence_head is None:
-        print(f"{a.ckpt_dir}: no confidence head to calibrate", file=sys.stderr)
-        return 2
     tcfg = OmegaConf.create(
         {"path": a.target, "dtype": "auto", "build_tiny": False, "trust_remote_code": False}
     )
     target, tok = load_target(tcfg, dev)
+    embed, head = target_head_weights(target)
+    draft = load_checkpoint(a.ckpt_dir, device=dev, target_embed=embed, target_lm_head=head)
+    draft = draft.eval()
+    if draft.confidence_head is None:
+        print(f"{a.ckpt_dir}: no confidence head to calibrate", file=sys.stderr)
+        return 2
     data = a.data or str(Path(a.target) / "data" / "heldout.jsonl")
     z, acc, mask = collect(draft, target, tok, data, a.seq_len, a.max_rows, a.anchors, a.seed)
     result = calibrate(z, acc, mask, a.objective)

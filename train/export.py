@@ -7,11 +7,23 @@ from pathlib import Path
 
 import torch
 
-from common.checkpoint import save_checkpoint
+from common.checkpoint import WEIGHTS_NAME, save_checkpoint
 from common.model import DSparkDraftModel
 from common.target_fit import TOKENIZER_HASH_KEY, load_target_tokenizer, tokenizer_hash
 
 EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def print_export_size(ckpt: Path) -> None:
+    """One line: the folder's weights size, and the target tables it leaves to the loader."""
+    from safetensors import safe_open
+
+    with safe_open(str(ckpt / WEIGHTS_NAME), framework="pt") as f:
+        keys = set(f.keys())
+    size = sum(p.stat().st_size for p in ckpt.iterdir() if p.is_file())
+    shared = [k for k in ("embed_tokens.weight", "lm_head.weight") if k not in keys]
+    note = f" (shares the target's {', '.join(shared)})" if shared else ""
+    print(f"[distill] exported {ckpt}: {size / 2**20:.2f} MiB{note}")
 
 
 def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dict, result) -> Path:
@@ -68,10 +80,12 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
             fmt=fmt,
             dtype=dtype,
             include_embed=ecfg.include_embed,
+            include_lm_head=ecfg.include_lm_head,
             provenance=provenance,
             verifier=cfg.target.path,
             before_publish=card_for(dest),
         )
+        print_export_size(dest)
     final = output_dir / "final"
     if cfg.hub.repo_id:
         from train.push import push_checkpoint

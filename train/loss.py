@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from common.model import DSparkDraftModel
+from common.target import softcap_logits
 
 
 @dataclass
@@ -65,12 +66,14 @@ def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
-def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel):
+def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None):
     """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
-    -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab)."""
+    -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab);
+    `softcap`: the target's final-logit soft cap (Gemma), applied to the teacher logits only."""
     logp_d = torch.log_softmax(_atleast_f32(hu @ w_fused.T.to(hu.dtype)), dim=-1)  # [c, Vd]
     with torch.no_grad():
-        p_t = torch.softmax(_atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype)), dim=-1)
+        z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
+        p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
         p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
         outside = 1.0 - p_t_sel.sum(-1)  # teacher mass the draft cannot express
     l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
@@ -119,7 +122,7 @@ def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed
     ces, l1s = [], []
     for s in range(0, rows.hu.shape[0], chunk):
         args = (rows.hu[s : s + chunk], rows.th[s : s + chunk], rows.labels_d[s : s + chunk])
-        args = (*args, w_fused, teacher_lm_head, rows.sel)
+        args = (*args, w_fused, teacher_lm_head, rows.sel, model.config.target_logit_softcap)
         ce, l1 = (
             checkpoint(_chunk_terms, *args, use_reentrant=False)
             if checkpointed

@@ -121,7 +121,11 @@ class LoggerCfg:
 @dataclass
 class ExportCfg:
     dtype: str = "bfloat16"
-    include_embed: bool = True
+    # The draft shares the target's input embedding (and, with the full vocab, its lm_head):
+    # loaders (vLLM, the embedded engine, speculators) take them from the target. true writes a
+    # copy anyway (a self-contained folder, at V x H each).
+    include_embed: bool = False
+    include_lm_head: bool = False
     speculators: bool = True  # also write OUTPUT/final-speculators
 
 

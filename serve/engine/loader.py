@@ -98,6 +98,7 @@ def load_models(opts: EngineOptions):
             dtype=opts.torch_dtype,
             device=opts.device,
             target_embed=target.get_input_embeddings().weight.detach().cpu(),
+            target_lm_head=target.get_output_embeddings().weight.detach().cpu(),
         )
         draft.eval().requires_grad_(False)
     return target, draft, tokenizer

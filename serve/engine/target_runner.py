@@ -16,14 +16,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from common.target import TargetCapture
+from common.target import TargetCapture, softcap_logits, target_logit_softcap
 from serve.engine.kv_cache import SlotKVCache, attention_mask
 
 
 @dataclass
 class TargetOutput:
-    """logits: [R, M, V] (float32, or float64 for a float64 target) at the requested query
-    indices; aux: [R, Q, L*Ht] captured layers (None in target-only mode)."""
+    """logits: [R, M, V] (float32, or float64 for a float64 target; soft-capped as the target's
+    own forward does) at the requested query indices; aux: [R, Q, L*Ht] captured layers (None in
+    target-only mode)."""
 
     logits: torch.Tensor
     aux: torch.Tensor | None
@@ -49,8 +50,17 @@ class TargetRunner:
         # unknown kwarg would be swallowed silently, so pick the one the signature names.
         params = inspect.signature(self.decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"])
+        # Models with `layer_types` (Qwen2/3, Gemma 3) take one mask per kind as a dict; the
+        # others (Llama, Mistral, Phi-3, Mixtral) take one tensor, windowed when the config sets
+        # `sliding_window` (their HF forward picks the sliding-window mask function then).
         self.sliding_window = getattr(cfg, "sliding_window", None)
+        self.layer_types = list(getattr(cfg, "layer_types", None) or [])
+        self._single_mask_kind = None
+        if not self.layer_types:
+            windowed = self.sliding_window is not None
+            self._single_mask_kind = "sliding_attention" if windowed else "full_attention"
+            self.layer_types = [self._single_mask_kind]
+        self.logit_softcap = target_logit_softcap(cfg)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         p = next(model.parameters())
         self.cache = SlotKVCache(
@@ -67,9 +77,7 @@ class TargetRunner:
         self._additive = cfg._attn_implementation not in ("sdpa", "flex_attention")
 
     def _masks(self, start: torch.Tensor, q_len: int, kv_len: int):
-        """Per layer type 4D masks (bool for sdpa; additive float for eager attention). With one
-        layer type, the mask itself: models without sliding layers (Llama, ...) take no dict, and
-        those with them (Qwen3, Gemma 3) use a lone 4D mask for every layer as it is."""
+        """Per layer type 4D masks (bool for sdpa; additive float for eager attention)."""
         out = {}
         for kind in set(self.layer_types):
             window = self.sliding_window if kind == "sliding_attention" else None
@@ -79,7 +87,7 @@ class TargetRunner:
                     ~m, torch.finfo(self.dtype).min
                 )
             out[kind] = m
-        return out if len(out) > 1 else next(iter(out.values()))
+        return out if self._single_mask_kind is None else out[self._single_mask_kind]
 
     @torch.no_grad()
     def forward(
@@ -111,4 +119,4 @@ class TargetRunner:
         logits = self.lm_head(final)
         if logits.dtype != torch.float64:
             logits = logits.float()
-        return TargetOutput(logits, aux)
+        return TargetOutput(softcap_logits(logits, self.logit_softcap), aux)

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from common.checkpoint import WEIGHTS_NAME, save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
-from tests.tiny import random_vocab_map, randomise_, tiny_target_config
+from tests.tiny import random_vocab_map, randomise_
 
 VOCAB = 320
 MASK_ID = 3  # "<mask>": a reserved id, as the DSpark recipe asks
@@ -26,14 +26,23 @@ ROLES = ["system", "user", "assistant"]  # plain words of the chat template
 TRAINED_WORDS = 32  # words the trained target sees (a 32-entry map learns in seconds)
 
 
-def target_hf_config(num_layers: int = 6):
-    """head_dim 32: one of vLLM's CPU attention head sizes."""
-    return tiny_target_config(
-        VOCAB,
-        64,
-        num_layers,
-        2,
-        1,
+TARGET_FAMILIES = ("qwen3", "llama")
+
+
+def target_hf_config(num_layers: int = 6, family: str = "qwen3"):
+    """The tiny target's config: Qwen3 (q/k norms) or Llama (no q/k norms, biasless MLP and
+    attention, its own loader in vLLM), same sizes."""
+    import transformers
+
+    cls = {"qwen3": "Qwen3Config", "llama": "LlamaConfig"}[family]
+    return getattr(transformers, cls)(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
         max_position_embeddings=512,
         rope_theta=10000.0,
         eos_token_id=2,
@@ -66,13 +75,17 @@ def word_tokenizer():
     )
 
 
-def write_random_target(out: Path, num_layers: int = 6, seed: int = 0) -> Path:
-    """Random-weight tiny Qwen3 + tokenizer (enough for config parsing and weight layout)."""
-    from transformers import Qwen3ForCausalLM
+def write_random_target(
+    out: Path, num_layers: int = 6, seed: int = 0, family: str = "qwen3"
+) -> Path:
+    """Random-weight tiny Qwen3 or Llama + tokenizer (enough for config parsing and weight
+    layout)."""
+    from transformers import AutoModelForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    Qwen3ForCausalLM(target_hf_config(num_layers)).save_pretrained(out)
+    model = AutoModelForCausalLM.from_config(target_hf_config(num_layers, family))
+    model.save_pretrained(out)
     word_tokenizer().save_pretrained(out)
     return out
 
@@ -86,11 +99,15 @@ def make_draft(
     draft_vocab_size: int | None = 200,
     dtype: torch.dtype = torch.float32,
     include_embed: bool = True,
+    include_lm_head: bool = True,
     embed_from_target: bool = False,
     seed: int = 0,
     **choices,
 ) -> tuple[Path, DSparkDraftModel]:
-    """A randomised DSpark draft for `target_dir`, saved by our exporter in `fmt`.
+    """A randomised DSpark draft for `target_dir`, saved by our exporter in `fmt`, with the
+    embedding / full-vocab lm_head written (a self-contained file: every vLLM parameter comes from
+    it) unless `include_embed` / `include_lm_head` say otherwise (the lean export of
+    `train.export`: both False).
     `embed_from_target`: embedding and lm_head (rows t2d) copied from the target's weights, as
     the training pipeline does (`init_from_target`), instead of random."""
     from transformers import AutoConfig
@@ -99,13 +116,10 @@ def make_draft(
     cfg = DSparkConfig.from_target(
         tcfg,
         mask_token_id=MASK_ID,
-        num_hidden_layers=2,
-        block_size=4,
-        markov_rank=16,
         draft_vocab_size=draft_vocab_size,
         sample_from_anchor=sample_from_anchor,
         target_name_or_path=str(target_dir),
-        **choices,
+        **{"num_hidden_layers": 2, "block_size": 4, "markov_rank": 16, **choices},
     )
     model = DSparkDraftModel(cfg)
     randomise_(model, seed)
@@ -123,7 +137,13 @@ def make_draft(
             target.get_input_embeddings().weight, target.lm_head.weight, d2t=d2t, t2d=t2d
         )
     path = save_checkpoint(
-        model, out_dir, fmt=fmt, dtype=dtype, include_embed=include_embed, verifier=str(target_dir)
+        model,
+        out_dir,
+        fmt=fmt,
+        dtype=dtype,
+        include_embed=include_embed,
+        include_lm_head=include_lm_head,
+        verifier=str(target_dir),
     )
     return path, model
 
