@@ -107,6 +107,55 @@ def test_chunking_changes_neither_loss_nor_gradients():
         assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-10, atol=1e-12), k
 
 
+@pytest.mark.parametrize("reduced", [False, True])
+@pytest.mark.parametrize("mode", ["fused", "checkpoint"])
+def test_vocab_grad_modes_match_naive_reference_gradients(reduced, mode):
+    """Both gradient paths of the vocab-sized part against autograd through the float64
+    per-token loop (and the fused path's closed form against autograd, chunked at 3 rows)."""
+    m, ids, lm, aux, final, head, anchors, valid = setup(reduced)
+    grads = {}
+    for name in ("naive", mode):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+        if name == "naive":
+            loss = naive_loss(m, fo, tg, final, head, ids)
+        else:
+            loss, _ = distill_loss(  # the naive loop backprops BCE into the backbone too
+                m,
+                fo,
+                tg,
+                final,
+                head,
+                tg.dens(),
+                chunk_tokens=3,
+                vocab_grad=mode,
+                confidence_detach=False,
+            )
+        loss.backward()
+        grads[name] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        grads[name]["loss"] = loss.detach()
+    assert grads["naive"].keys() == grads[mode].keys()
+    assert "markov_head.markov_w2.weight" in grads[mode] and "fc.weight" in grads[mode]
+    for k, ref in grads["naive"].items():
+        assert torch.allclose(grads[mode][k], ref, rtol=1e-9, atol=1e-11), k
+        assert k == "loss" or ref.abs().max() > 0, k  # every compared gradient is informative
+
+
+def test_fused_gradient_differs_when_a_term_is_dropped():
+    """Negative control: the comparison above would catch a missing L1 gradient."""
+    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    out = []
+    for w in ((0.1, 0.9, 1.0), (0.1, 0.0, 1.0)):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+        loss, _ = distill_loss(m, fo, tg, final, head, tg.dens(), weights=w, vocab_grad="fused")
+        loss.backward()
+        out.append(m.markov_head.markov_w2.weight.grad.clone())
+    assert not torch.allclose(out[0], out[1], rtol=1e-3, atol=1e-6)
+
+
 def test_confidence_detach_blocks_backbone_gradient_from_bce():
     m, ids, lm, aux, final, head, anchors, valid = setup(False)
     fo = m.forward_train(aux, ids, anchors, valid)

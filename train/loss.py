@@ -8,8 +8,16 @@ reduces them over every micro-batch of an accumulation window and every data-par
 each micro-batch's loss is `num_local / den_global` (scaled for DDP's gradient averaging). That is
 exactly the global ratio, divided last.
 
-Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, under activation
-checkpointing, so no `[tokens, vocab]` fp32 tensor is ever built for all anchors at once.
+Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, so no
+`[tokens, vocab]` fp32 tensor is ever built for all anchors at once. Teacher logits are computed
+only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk.
+Gradient of the vocab-sized part (`vocab_grad`):
+- "fused" (default): each chunk's gradient with respect to the logits is written down in closed
+  form in the forward pass (CE: p - onehot; L1: p * (s - <s, p>), s = sign(p - q)) and turned into
+  d/d[h; u] and d/d markov_w2 right there; the backward pass only scales them. Teacher and draft
+  logits are computed once, and no gradient is formed for the frozen lm_head.
+- "checkpoint": autograd through `_chunk_terms` under activation checkpointing (the backward
+  recomputes teacher and draft logits per chunk). Same gradient; kept as the reference.
 Teacher: softmax over the FULL target vocab even with a reduced draft vocab (PINNED); teacher mass
 outside the draft vocab counts as disagreement in L1.
 """
@@ -24,6 +32,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from common.model import DSparkDraftModel
+from train.phases import phase
+
+VOCAB_GRAD_MODES = ("fused", "checkpoint")
 
 
 @dataclass
@@ -65,14 +76,20 @@ def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
+@torch.no_grad()
+def _teacher_probs(teacher_h, w_teacher, sel):
+    """teacher_h [c, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c])."""
+    with phase("teacher_logits"):
+        p_t = torch.softmax(_atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype)), dim=-1)
+        p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
+        return p_t_sel, 1.0 - p_t_sel.sum(-1)
+
+
 def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel):
     """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
     -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab)."""
     logp_d = torch.log_softmax(_atleast_f32(hu @ w_fused.T.to(hu.dtype)), dim=-1)  # [c, Vd]
-    with torch.no_grad():
-        p_t = torch.softmax(_atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype)), dim=-1)
-        p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
-        outside = 1.0 - p_t_sel.sum(-1)  # teacher mass the draft cannot express
+    p_t_sel, outside = _teacher_probs(teacher_h, w_teacher, sel)
     l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
     ce = -logp_d.gather(1, labels_d.clamp(min=0).unsqueeze(1)).squeeze(1)
     return ce, l1
@@ -131,6 +148,86 @@ def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed
     return (torch.cat(ces) if ces else empty), (torch.cat(l1s) if l1s else empty)
 
 
+class _FusedVocabLoss(torch.autograd.Function):
+    """S = sum_rows(coef_ce * ce + coef_l1 * l1) over `chunk` rows at a time, its gradient with
+    respect to hu [M, H+r] and markov_w2 [Vd, r] formed in the forward pass (module docstring).
+    Also returns ce [M] and l1 [M] (no gradient) for the metrics and the confidence target."""
+
+    @staticmethod
+    def forward(
+        ctx, hu, w_markov, w_fused, teacher_h, w_teacher, labels_d, sel, coef_ce, coef_l1, chunk
+    ):
+        r = 0 if w_markov is None else w_markov.shape[1]
+        ghu = torch.empty_like(hu)
+        gw2 = (
+            None
+            if w_markov is None
+            else torch.zeros(
+                w_markov.shape,
+                dtype=torch.promote_types(w_markov.dtype, torch.float32),
+                device=hu.device,
+            )
+        )
+        total = hu.new_zeros((), dtype=torch.float64)
+        ces, l1s = [], []
+        w = w_fused.to(hu.dtype)
+        for s in range(0, hu.shape[0], chunk):
+            x = hu[s : s + chunk]
+            logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
+            p = logp.exp()
+            p_t_sel, outside = _teacher_probs(teacher_h[s : s + chunk], w_teacher, sel)
+            sign = torch.sign(p - p_t_sel)
+            l1 = (p - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
+            lab = labels_d[s : s + chunk].clamp(min=0).unsqueeze(1)
+            ce = -logp.gather(1, lab).squeeze(1)
+            cc, cl = coef_ce[s : s + chunk].to(p.dtype), coef_l1[s : s + chunk].to(p.dtype)
+            # d S / d logits: L1 part p * (s - <s, p>), CE part p - onehot(label).
+            g = p * (sign - (sign * p).sum(-1, keepdim=True)) * cl.unsqueeze(1)
+            g += p * cc.unsqueeze(1)
+            g.scatter_add_(1, lab, -cc.unsqueeze(1))
+            g = g.to(hu.dtype)
+            ghu[s : s + chunk] = g @ w
+            if gw2 is not None:
+                gw2 += (g.T @ x[:, x.shape[1] - r :]).to(gw2.dtype)
+            total += (coef_ce[s : s + chunk] * ce).sum() + (coef_l1[s : s + chunk] * l1).sum()
+            ces.append(ce)
+            l1s.append(l1)
+        ce_all = torch.cat(ces) if ces else hu.new_zeros(0, dtype=torch.float32)
+        l1_all = torch.cat(l1s) if l1s else hu.new_zeros(0, dtype=torch.float32)
+        ctx.save_for_backward(ghu, gw2)
+        ctx.w_markov_dtype = None if w_markov is None else w_markov.dtype
+        ctx.mark_non_differentiable(ce_all, l1_all)
+        return total, ce_all, l1_all
+
+    @staticmethod
+    def backward(ctx, g_total, _g_ce, _g_l1):
+        ghu, gw2 = ctx.saved_tensors
+        d_hu = ghu * g_total.to(ghu.dtype) if ctx.needs_input_grad[0] else None
+        d_w2 = None
+        if gw2 is not None and ctx.needs_input_grad[1]:
+            d_w2 = (gw2 * g_total.to(gw2.dtype)).to(ctx.w_markov_dtype)
+        return d_hu, d_w2, *([None] * 8)
+
+
+def fused_vocab_loss(model, rows: KeptRows, teacher_lm_head, coef_ce, coef_l1, chunk: int):
+    """-> (S with gradient, ce [M], l1 [M]); S = sum(coef_ce * ce + coef_l1 * l1)."""
+    w_markov = model.markov_head.markov_w2.weight if model.markov_head is not None else None
+    with torch.no_grad():
+        w_fused = model.fused_head_weight()
+    return _FusedVocabLoss.apply(
+        rows.hu,
+        w_markov,
+        w_fused,
+        rows.th,
+        teacher_lm_head,
+        rows.labels_d,
+        rows.sel,
+        coef_ce,
+        coef_l1,
+        chunk,
+    )
+
+
 def distill_loss(
     model: DSparkDraftModel,
     fo,  # TrainForward
@@ -141,14 +238,25 @@ def distill_loss(
     weights=(0.1, 0.9, 1.0),
     chunk_tokens: int = 1024,
     confidence_detach: bool = True,
+    vocab_grad: str = "fused",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work."""
+    if vocab_grad not in VOCAB_GRAD_MODES:
+        raise ValueError(f"vocab_grad={vocab_grad!r}: choose one of {VOCAB_GRAD_MODES}")
     rows = kept_rows(model, fo, tg, teacher_final)
     keep, h, e = rows.keep, rows.h, rows.e
-    ce, l1 = vocab_terms(model, rows, teacher_lm_head, chunk_tokens, checkpointed=True)
-
     wmask = (tg.mask * tg.decay).view(-1)[keep]
     wce = (tg.ce_mask * tg.decay).view(-1)[keep]
+    fused = None
+    if vocab_grad == "fused":
+        coef_ce = weights[0] * wce / dens["ce"].clamp(min=1e-9)
+        coef_l1 = weights[1] * wmask / dens["l1"].clamp(min=1e-9)
+        fused, ce, l1 = fused_vocab_loss(
+            model, rows, teacher_lm_head, coef_ce, coef_l1, chunk_tokens
+        )
+    else:
+        ce, l1 = vocab_terms(model, rows, teacher_lm_head, chunk_tokens, checkpointed=True)
+
     accept = (1.0 - l1.detach() / 2).clamp(0, 1)  # 1 - TV
     nums = {"ce": (ce * wce).sum(), "l1": (l1 * wmask).sum()}
     conf = None
@@ -158,11 +266,14 @@ def distill_loss(
         bce = F.binary_cross_entropy_with_logits(c_logit, accept, reduction="none")
         nums["bce"] = (bce * wmask).sum()
         conf = torch.sigmoid(c_logit.detach())
+    terms = ("bce",) if fused is not None else ("ce", "l1", "bce")
     loss = sum(
         wt * nums[k] / dens[k].clamp(min=1e-9)
         for wt, k in zip(weights, ("ce", "l1", "bce"), strict=True)
-        if k in nums
+        if k in nums and k in terms
     )
+    if fused is not None:
+        loss = loss + fused
     metrics = block_metric_sums(tg, keep, accept, conf, nums)
     return loss, metrics
 
