@@ -105,3 +105,31 @@ def test_mask_shapes_and_rule():
     assert im.shape == (2, 2, 6)
     assert im[0].tolist() == [[False] * 4 + [True] * 2] * 2
     assert im[1].tolist() == [[True] * 3 + [False] + [True] * 2] * 2
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_flex_block_mask_gives_the_dense_mask_result(packed):
+    """`train_attention="flex"` (a BlockMask) against the dense boolean mask, float64, with
+    packed documents and an invalid (padding) anchor; shifting the anchors in the flex mask alone
+    must change the result (negative control). Forward only: CPU flex attention has no backward
+    (the kernel's gradient is flex attention's own, exercised by the GPU benchmark)."""
+    model = tiny_model(draft_vocab_size=40).double()
+    gen = torch.Generator().manual_seed(3)
+    n, t = 2, 24
+    ctx = torch.randn(n, t, model.config.fc_input_size, generator=gen, dtype=torch.float64)
+    ids = torch.randint(0, 90, (n, t), generator=gen)
+    anchors = torch.tensor([[2, 8, 15], [0, 5, 11]])
+    valid = torch.tensor([[True, True, True], [False, True, True]])
+    doc_ids = pos = None
+    if packed:
+        doc_ids = torch.tensor([[0] * 10 + [1] * 14, [0] * 7 + [1] * 17])
+        starts = torch.tensor([[0] * 10 + [10] * 14, [0] * 7 + [7] * 17])
+        pos = torch.arange(t).expand(n, t) - starts
+    outs = {}
+    for backend, anc in (("sdpa", anchors), ("flex", anchors), ("shifted", anchors + 1)):
+        model.train_attention = "sdpa" if backend == "sdpa" else "flex"
+        with torch.no_grad():
+            outs[backend] = model.forward_train(ctx, ids, anc, valid, pos, doc_ids).hidden
+    model.train_attention = "sdpa"
+    assert torch.allclose(outs["flex"], outs["sdpa"], rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(outs["shifted"], outs["sdpa"], rtol=1e-6, atol=1e-8)
