@@ -51,8 +51,13 @@ class TargetCapture:
                 "draft.target_layer_ids"
             )
         self._store: dict[int, torch.Tensor] = {}
-        for i in self.layer_ids:
-            layers[i].register_forward_hook(self._hook(i))
+        self._handles = [layers[i].register_forward_hook(self._hook(i)) for i in self.layer_ids]
+
+    def close(self) -> None:
+        """Remove the hooks (a benchmark builds several captures on one target)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
     def _hook(self, i: int):
         def save(_module, _inputs, output):

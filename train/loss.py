@@ -98,11 +98,13 @@ def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel):
 @dataclass
 class KeptRows:
     """The supervised (mask > 0) draft rows of a batch, flattened (M rows):
-    keep [N*A*Nd] bool; h [M, H]; e = W1[prev] [M, r]; hu = [h; u] [M, H+r] (u: Markov bias
-    input); th [M, Ht] teacher hidden at label-1; labels_d [M] draft id of the data token (-1
-    outside the draft vocab); sel [Vd] target ids of the draft vocab (None: full vocab)."""
+    keep [N*A*Nd] bool; idx [M] its nonzero positions; h [M, H]; e = W1[prev] [M, r];
+    hu = [h; u] [M, H+r] (u: Markov bias input); th [M, Ht] teacher hidden at label-1;
+    labels_d [M] draft id of the data token (-1 outside the draft vocab); sel [Vd] target ids
+    of the draft vocab (None: full vocab)."""
 
     keep: torch.Tensor
+    idx: torch.Tensor
     h: torch.Tensor
     e: torch.Tensor
     hu: torch.Tensor
@@ -114,19 +116,21 @@ class KeptRows:
 def kept_rows(model: DSparkDraftModel, fo, tg: BlockTargets, teacher_final) -> KeptRows:
     n = tg.labels.shape[0]
     keep = tg.mask.view(-1) > 0
+    idx = keep.nonzero().squeeze(1)  # one host sync; boolean indexing would sync per tensor
     # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
-    h = fo.hidden.flatten(0, -2)[keep]
-    u = fo.markov_input.flatten(0, -2)[keep]
-    e = fo.markov_embed.flatten(0, -2)[keep]
-    pos = tg.label_pos.view(n, -1)
-    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
-    th = th.reshape(-1, teacher_final.shape[-1])[keep]
-    labels = tg.labels.reshape(-1)[keep]
+    h = fo.hidden.flatten(0, -2).index_select(0, idx)
+    u = fo.markov_input.flatten(0, -2).index_select(0, idx)
+    e = fo.markov_embed.flatten(0, -2).index_select(0, idx)
+    # Teacher hidden only at the kept rows' label-1 positions (row n, position label_pos - 1).
+    t = teacher_final.shape[1]
+    flat_pos = tg.label_pos.reshape(n, -1) - 1 + torch.arange(n, device=idx.device)[:, None] * t
+    th = teacher_final.reshape(n * t, -1).index_select(0, flat_pos.reshape(-1).index_select(0, idx))
+    labels = tg.labels.reshape(-1).index_select(0, idx)
     t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
     labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
     sel = model.draft_ids_in_target if model.config.reduced_vocab else None
     hu = torch.cat([h, u.to(h.dtype)], dim=-1)
-    return KeptRows(keep, h, e, hu, th, labels_d, sel)
+    return KeptRows(keep, idx, h, e, hu, th, labels_d, sel)
 
 
 def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed: bool):
@@ -244,9 +248,9 @@ def distill_loss(
     if vocab_grad not in VOCAB_GRAD_MODES:
         raise ValueError(f"vocab_grad={vocab_grad!r}: choose one of {VOCAB_GRAD_MODES}")
     rows = kept_rows(model, fo, tg, teacher_final)
-    keep, h, e = rows.keep, rows.h, rows.e
-    wmask = (tg.mask * tg.decay).view(-1)[keep]
-    wce = (tg.ce_mask * tg.decay).view(-1)[keep]
+    h, e = rows.h, rows.e
+    wmask = (tg.mask * tg.decay).view(-1).index_select(0, rows.idx)
+    wce = (tg.ce_mask * tg.decay).view(-1).index_select(0, rows.idx)
     fused = None
     if vocab_grad == "fused":
         coef_ce = weights[0] * wce / dens["ce"].clamp(min=1e-9)
@@ -274,12 +278,12 @@ def distill_loss(
     )
     if fused is not None:
         loss = loss + fused
-    metrics = block_metric_sums(tg, keep, accept, conf, nums)
+    metrics = block_metric_sums(tg, rows.idx, accept, conf, nums)
     return loss, metrics
 
 
 @torch.no_grad()
-def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, torch.Tensor]:
+def block_metric_sums(tg: BlockTargets, idx, accept, conf, nums) -> dict[str, torch.Tensor]:
     """(sum, count) pairs, reduced across ranks by the caller and divided last.
 
     acc_num/acc_den [Nd]: per-position conditional acceptance 1 - TV.
@@ -287,7 +291,7 @@ def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, t
     """
     n, a, nd = tg.labels.shape
     full = torch.zeros(n * a * nd, device=accept.device, dtype=accept.dtype)
-    full[keep] = accept
+    full[idx] = accept
     acc = full.view(-1, nd)
     m = tg.mask.view(-1, nd)
     out = {
@@ -300,7 +304,7 @@ def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, t
     }
     if conf is not None:
         cfull = torch.zeros_like(full, dtype=conf.dtype)
-        cfull[keep] = conf
+        cfull[idx] = conf
         c = cfull.view(-1, nd)
         out["bce_num"] = nums["bce"].detach()
         out["conf_err_num"] = ((c - acc).abs() * m).sum(0)
@@ -333,5 +337,5 @@ def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head
     rows = kept_rows(model, fo, tg, teacher_final)
     _, l1 = vocab_terms(model, rows, teacher_lm_head, chunk, checkpointed=False)
     out = torch.zeros(rows.keep.numel(), dtype=l1.dtype, device=l1.device)
-    out[rows.keep] = (1 - l1 / 2).clamp(0, 1)
+    out[rows.idx] = (1 - l1 / 2).clamp(0, 1)
     return out.view(tg.labels.shape)
