@@ -170,7 +170,6 @@ def make_llm(target_dir: Path, draft_dir: Path | None, k: int, args, eager: bool
 
     batches = sorted(args.batches)
     spec = None
-    tokens_per_req = 1
     if draft_dir is not None:
         spec = {
             "method": "dspark",
@@ -178,7 +177,6 @@ def make_llm(target_dir: Path, draft_dir: Path | None, k: int, args, eager: bool
             "num_speculative_tokens": k,
             "draft_sample_method": "greedy",
         }
-        tokens_per_req = k + 1
     kwargs = dict(
         model=str(target_dir),
         load_format="dummy",
@@ -194,8 +192,9 @@ def make_llm(target_dir: Path, draft_dir: Path | None, k: int, args, eager: bool
         seed=0,
         speculative_config=spec,
     )
-    if not eager:  # capture only the decode sizes used (graph capture is start-up time)
-        sizes = sorted({b * tokens_per_req for b in batches} | {b for b in batches})
+    if not eager:  # capture only the decode sizes used (graph capture is start-up time); the
+        # same list for every configuration, so vLLM's compile cache serves the target each time
+        sizes = sorted({b * (k + 1) for b in batches for k in (0, *args.ks)})
         kwargs["compilation_config"] = {
             "cudagraph_capture_sizes": sizes,
             "max_cudagraph_capture_size": max(sizes),
@@ -422,6 +421,10 @@ def parent(args) -> int:
         results["configs"][part.stem[len("part_") :]] = json.loads(part.read_text())
     names = args.configs or config_names(args.ks, args.vocabs)
     for name in names:
+        left = args.budget_s - (time.perf_counter() - t0)
+        if left < 30:
+            print(f"[vllm_round_cost] {name}: skipped, {left:.0f}s of --budget-s left", flush=True)
+            continue
         part = out / f"part_{name}.json"
         cmd = [sys.executable, __file__, "--child", "--config", name, "--json", str(part)]
         cmd += [a for a in sys.argv[1:] if a != "--child"]
@@ -430,7 +433,7 @@ def parent(args) -> int:
         print(f"[vllm_round_cost] {name}", flush=True)
         t = time.perf_counter()
         try:
-            rc = subprocess.run(cmd, timeout=args.child_timeout).returncode
+            rc = subprocess.run(cmd, timeout=min(args.child_timeout, left)).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
         if rc == 0 and part.exists():
@@ -573,7 +576,8 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-tokens", type=int, default=48)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     ap.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
-    ap.add_argument("--child-timeout", type=float, default=150)
+    ap.add_argument("--child-timeout", type=float, default=150, help="seconds per engine")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="no engine starts after this")
     ap.add_argument("--build-only", action="store_true", help="write the folders and stop")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
