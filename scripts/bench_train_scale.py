@@ -380,6 +380,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
             phases = timer.totals()
         finally:
             set_recorder(None)
+        prof = profile_step(trainer, spec, args.profile_dir, cuda) if args.profile_dir else None
         # FLOPs from the first micro-batch, with the anchors the trainer draws for it.
         cols = ["input_ids", "loss_mask", "position_ids", "doc_ids"]
         batch = collate(ds.with_format("numpy", columns=cols)[: tc.micro_batch_size])
@@ -405,12 +406,54 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         row["target_forward_tokens_per_s"] = tokens / tf if tf else None
         row["flops_split_tflop"] = {k: v * per_step / 1e12 for k, v in fl.items()}
         row["loss"] = out["loss"]
+        if prof:
+            row.update(prof)
         trainer.capture.close()
         del trainer, draft, acc
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
         return row
+
+
+def profile_step(trainer, spec: str, profile_dir: str, cuda: bool) -> dict:
+    """One more step under torch.profiler: how busy the GPU is (kernel time / wall) and how many
+    kernels the host launched; the op table goes to PROFILE_DIR/<variant>.txt. A low busy
+    fraction with many launches means the step is bound by host-side (Python/launch) work."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        trainer.train_step()
+        sync()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel"))
+    kernel_us = 0.0
+    if cuda:
+        kernel_us = sum(
+            getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+            for e in events
+            if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type)
+        )
+    Path(profile_dir).mkdir(parents=True, exist_ok=True)
+    table = None
+    for sort in ("self_device_time_total", "self_cuda_time_total") if cuda else ():
+        try:
+            table = events.table(sort_by=sort, row_limit=40)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
+    table = table or events.table(sort_by="self_cpu_time_total", row_limit=40)
+    (Path(profile_dir) / f"{spec.replace('/', '_')}.txt").write_text(table)
+    return {
+        "profiled_step_ms": 1e3 * wall,
+        "kernel_launches": launches if cuda else None,
+        "gpu_busy_fraction": kernel_us / 1e6 / wall if cuda else None,
+    }
 
 
 def run_child(spec: str, args) -> dict:
@@ -512,6 +555,8 @@ TABLE_KEYS = (
     "optimizer_ms",
     "anchors_ms",
     "other_ms",
+    "gpu_busy_fraction",
+    "kernel_launches",
 )
 
 
@@ -555,6 +600,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--no-matmul", action="store_true", help="skip the matmul-rate measurement")
     sp.add_argument("--in-process", action="store_true", help="distributed variants here too")
     sp.add_argument("--keep-going", action="store_true", help="a failing variant gives a row")
+    sp.add_argument("--profile-dir", help="profile one more step per variant; tables here")
     sp.add_argument(
         "--set",
         dest="overrides",
