@@ -29,17 +29,10 @@ def test_synthetic_rows_are_packed_documents_with_a_prompt_mask():
 
 
 def test_step8b_runs_the_trainer_and_both_loss_gradients_agree():
-    a = argparse.Namespace(
-        shape="tiny",
-        device="cpu",
-        steps=1,
-        warmup=1,
-        variants=None,
-        no_matmul=True,
-        in_process=False,
-        keep_going=False,
-        overrides=[],
-    )
+    ap = argparse.ArgumentParser()
+    bts.add_parser(ap.add_subparsers(dest="part"))
+    a = ap.parse_args(["step8b", "--shape", "tiny", "--device", "cpu", "--steps", "1"])
+    a.warmup, a.no_matmul = 1, True
     res = bts.bench_scale(a)
     rows = {r["variant"]: r for r in res["rows"]}
     assert set(rows) == {"checkpoint_loss", "fused_loss"}
