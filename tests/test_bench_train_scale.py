@@ -28,11 +28,11 @@ def test_synthetic_rows_are_packed_documents_with_a_prompt_mask():
     assert (row["doc_ids"].diff() >= 0).all() and 0.5 < row["loss_mask"].float().mean() < 0.8
 
 
-def test_step8b_runs_the_trainer_and_both_loss_gradients_agree():
+def test_step8b_runs_the_trainer_on_the_same_batches_for_every_variant():
     ap = argparse.ArgumentParser()
     bts.add_parser(ap.add_subparsers(dest="part"))
     a = ap.parse_args(["step8b", "--shape", "tiny", "--device", "cpu", "--steps", "1"])
-    a.warmup, a.no_matmul = 1, True
+    a.warmup, a.no_matmul = 0, True
     res = bts.bench_scale(a)
     rows = {r["variant"]: r for r in res["rows"]}
     assert set(rows) == {"checkpoint_loss", "fused_loss"}
@@ -41,5 +41,6 @@ def test_step8b_runs_the_trainer_and_both_loss_gradients_agree():
         assert r["target_forward_ms"] > 0 and r["backward_ms"] > 0 and r["teacher_logits_ms"] > 0
         split = r["flops_split_tflop"]
         assert split["total"] == pytest.approx(sum(v for k, v in split.items() if k != "total"))
-    # Same data, anchors and seed: after one update the logged loss agrees across the two paths.
-    assert rows["fused_loss"]["loss"] == pytest.approx(rows["checkpoint_loss"]["loss"], rel=1e-4)
+    # First step, before any update: the same data, anchors and draft init in both variants
+    # (their gradients are compared in float64 in tests/test_train_loss.py).
+    assert rows["fused_loss"]["loss"] == pytest.approx(rows["checkpoint_loss"]["loss"], rel=1e-6)
