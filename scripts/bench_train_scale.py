@@ -347,6 +347,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         ds = synthetic_rows(vocab, cfg.data.seq_len, rows, cfg.seed)
         acc = make_accelerator(tc)
         dcfg = draft_config(cfg.draft, target, None, "random-weights")
+        torch.manual_seed(cfg.seed)  # as train.distill.run: every variant starts from one draft
         with torch.device(acc.device):
             draft = DSparkDraftModel(dcfg)
         init_draft_weights(draft)
