@@ -6,7 +6,8 @@
 What it builds (under --work): a target folder with only a Qwen3 `config.json` of the shape
 (scripts/bench_train_scale.SHAPES; vLLM runs it with `load_format="dummy"`, no tokenizer:
 `skip_tokenizer_init=True` and prompt token ids), and draft checkpoints written by our exporter
-(`common.checkpoint.save_checkpoint`, random weights): the paper's draft (5 layers, Markov rank
+(`common.checkpoint.save_checkpoint`, random weights; with `load_format="dummy"` vLLM initialises
+the draft's weights too, so its config.json sets what runs): the paper's draft (5 layers, Markov rank
 256, confidence head) with the full and a 32k vocabulary (synthetic d2t), block 7. For K < 7
 speculative tokens the draft is the same weights with block_size = K (vLLM needs
 num_speculative_tokens >= the block; K = 1 is block 2 in the 1+N layout, as our config needs a
@@ -141,6 +142,8 @@ def build_draft_dirs(shape: str, target_dir: Path, work: Path, ks, vocabs) -> di
             model.init_from_target(emb, emb, *maps)
             save_checkpoint(model, base, include_embed=False, provenance={"weights": "random"})
             del model
+            if dev == "cuda":  # the vLLM children need the memory
+                torch.cuda.empty_cache()
         for k in ks:
             name = f"dspark_{vocab}_k{k}"
             if k == 7:
@@ -369,7 +372,13 @@ def measure_profile(llm, args, vocab: int, out_dir: Path) -> dict:
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run_steps(llm, prompts, 6)
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=50)
+    table = None
+    for key in ("device_time_total", "cuda_time_total", "cpu_time_total"):
+        try:
+            table = prof.key_averages().table(sort_by=key, row_limit=50)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
     (out_dir / f"profile_kernels_b{b}.txt").write_text(table)
     res["kernel_table"] = f"profile_kernels_b{b}.txt"
     torch.cuda.synchronize()
