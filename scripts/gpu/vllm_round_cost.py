@@ -7,8 +7,8 @@ What it builds (under --work): a target folder with only a Qwen3 `config.json` o
 (scripts/bench_train_scale.SHAPES; vLLM runs it with `load_format="dummy"`, no tokenizer:
 `skip_tokenizer_init=True` and prompt token ids), and draft checkpoints written by our exporter
 (`common.checkpoint.save_checkpoint`, random weights; with `load_format="dummy"` vLLM initialises
-the draft's weights too, so its config.json sets what runs): the paper's draft (5 layers, Markov rank
-256, confidence head) with the full and a 32k vocabulary (synthetic d2t), block 7. For K < 7
+the draft's weights too, so its config.json sets what runs): the paper's draft (5 layers, Markov
+rank 256, confidence head) with the full and a 32k vocabulary (synthetic d2t), block 7. For K < 7
 speculative tokens the draft is the same weights with block_size = K (vLLM needs
 num_speculative_tokens >= the block; K = 1 is block 2 in the 1+N layout, as our config needs a
 block >= 2), its config.json written by `DSparkConfig.to_hf_dict`.
