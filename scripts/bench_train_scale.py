@@ -70,7 +70,14 @@ SHAPES = {
             "draft.draft_vocab_size=32768",
             "trainer.grad_accum=1",
         ],
-        "variants": ["checkpoint_loss", "fused_loss", "fused_flex", "fused_flex_compile", "fsdp"],
+        "variants": [
+            "checkpoint_loss",
+            "fused_loss",
+            "fused_flex",
+            "fused_flex_tflex",
+            "fused_flex_tflex_compile",
+            "fsdp",
+        ],
     },
     "smollm2_135m": {
         "family": "llama",
@@ -97,9 +104,10 @@ SHAPES = {
             "checkpoint_loss",
             "fused_loss",
             "fused_flex",
-            "fused_flex+loss.chunk_tokens=8192",
-            "fused_flex+trainer.micro_batch_size=64",
-            "fused_flex_compile+trainer.micro_batch_size=64",
+            "fused_flex_tflex",
+            "fused_flex_tflex+loss.chunk_tokens=8192",
+            "fused_flex_tflex+trainer.micro_batch_size=64",
+            "fused_flex_tflex_compile+trainer.micro_batch_size=64",
         ],
     },
     "tiny": {  # CPU plumbing test
@@ -133,13 +141,27 @@ SHAPES = {
     },
 }
 
-# name -> (vocab_grad, train_attention, compile the draft layers, trainer.distributed)
+# Each variant changes the defaults below (the trainer's own defaults), one flag at a time:
+#   vocab_grad       train.loss: "fused" (closed-form gradient) | "checkpoint" (autograd,
+#                    recomputed in the backward; the code before this benchmark)
+#   attention        the draft's block attention: "sdpa" (dense boolean mask) | "flex" (BlockMask)
+#   target_attention the target's: "sdpa" (dense document-causal mask) | "flex" (BlockMask)
+#   compile_draft    torch.compile each draft layer
+#   distributed      trainer.distributed (fsdp runs in a torchrun child)
+VARIANT_DEFAULTS = dict(
+    vocab_grad="fused",
+    attention="sdpa",
+    target_attention="sdpa",
+    compile_draft=False,
+    distributed="none",
+)
 VARIANTS = {
-    "checkpoint_loss": ("checkpoint", "sdpa", False, "none"),  # the code before this benchmark
-    "fused_loss": ("fused", "sdpa", False, "none"),
-    "fused_flex": ("fused", "flex", False, "none"),
-    "fused_flex_compile": ("fused", "flex", True, "none"),
-    "fsdp": ("fused", "flex", False, "fsdp"),
+    "checkpoint_loss": dict(vocab_grad="checkpoint"),
+    "fused_loss": dict(),
+    "fused_flex": dict(attention="flex"),
+    "fused_flex_tflex": dict(attention="flex", target_attention="flex"),
+    "fused_flex_tflex_compile": dict(attention="flex", target_attention="flex", compile_draft=True),
+    "fsdp": dict(attention="flex", target_attention="flex", distributed="fsdp"),
 }
 STEP_PHASES = ("anchors", "target_forward", "draft_and_loss_forward", "backward", "optimizer")
 INNER_PHASES = ("draft_forward", "loss_forward", "teacher_logits")
@@ -298,11 +320,12 @@ def step_flops(target_cfg, dcfg, batch: dict, anchors, valid, tg) -> dict[str, f
 
 
 # ---------------------------------------------------------------------------- one variant
-def parse_variant(spec: str) -> tuple[tuple, list[str]]:
+def parse_variant(spec: str) -> tuple[dict, list[str]]:
+    """'fused_flex+trainer.micro_batch_size=64' -> (settings, ['trainer.micro_batch_size=64'])."""
     name, *extra = spec.split("+")
     if name not in VARIANTS:
         raise SystemExit(f"unknown variant {name!r} in {spec!r}: choose from {list(VARIANTS)}")
-    return VARIANTS[name], extra
+    return {**VARIANT_DEFAULTS, **VARIANTS[name]}, extra
 
 
 def compose(shape: str, device: str, extra: list[str], out_dir: str):
@@ -337,9 +360,9 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
     from train.setup import draft_config
     from train.trainer import Trainer
 
-    (vocab_grad, attention, compile_layers, distributed), extra = parse_variant(spec)
+    v, extra = parse_variant(spec)
     with tempfile.TemporaryDirectory() as tmp:
-        over = [f"trainer.distributed={distributed}", *user_over, *extra]
+        over = [f"trainer.distributed={v['distributed']}", *user_over, *extra]
         cfg = compose(shape, dev.type, over, tmp)
         tc = cfg.trainer
         rows = tc.micro_batch_size * tc.grad_accum * (args.warmup + args.steps)
@@ -355,12 +378,15 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         embed, head = target_head_weights(target)
         maps = (vmap.d2t.to(acc.device), vmap.t2d.to(acc.device)) if vmap else ()
         draft.init_from_target(embed.float(), head.float(), *maps)
-        draft.train_attention = attention
-        if compile_layers:
+        draft.train_attention = v["attention"]
+        if v["compile_draft"]:
             for layer in draft.layers:
                 layer.compile()
+        target.set_attn_implementation(
+            "flex_attention" if v["target_attention"] == "flex" else "sdpa"
+        )
         trainer = Trainer(cfg, acc, target, draft, ds, None, Path(tmp), {}, {})
-        acc.unwrap_model(trainer.objective).vocab_grad = vocab_grad
+        acc.unwrap_model(trainer.objective).vocab_grad = v["vocab_grad"]
         cuda = acc.device.type == "cuda"
         timer = PhaseTimer(cuda)
         sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -410,6 +436,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         if prof:
             row.update(prof)
         trainer.capture.close()
+        target.set_attn_implementation("sdpa")
         del trainer, draft, acc
         gc.collect()
         if cuda:
@@ -502,7 +529,11 @@ def bench_scale(args) -> dict:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     variants = args.variants or SHAPES[args.shape]["variants"]
     if dev.type == "cpu":  # no CPU flex-attention backward; no single-process FSDP on CPU
-        variants = [v for v in variants if parse_variant(v)[0][1:] == ("sdpa", False, "none")]
+        cpu_ok = dict(attention="sdpa", target_attention="sdpa", compile_draft=False)
+        cpu_ok["distributed"] = "none"
+        variants = [
+            v for v in variants if all(parse_variant(v)[0][k] == x for k, x in cpu_ok.items())
+        ]
     matmul = measured_bf16_flops() if dev.type == "cuda" and not args.no_matmul else None
     t0 = time.perf_counter()
     target = build_target(args.shape, dev, dtype)
@@ -511,7 +542,7 @@ def bench_scale(args) -> dict:
     build_s = time.perf_counter() - t0
     rows = []
     for spec in variants:
-        distributed = parse_variant(spec)[0][3] != "none"
+        distributed = parse_variant(spec)[0]["distributed"] != "none"
         if distributed and not args.in_process:
             rows.append(run_child(spec, args))
         else:

@@ -133,3 +133,25 @@ def test_flex_block_mask_gives_the_dense_mask_result(packed):
     model.train_attention = "sdpa"
     assert torch.allclose(outs["flex"], outs["sdpa"], rtol=1e-10, atol=1e-12)
     assert not torch.allclose(outs["shifted"], outs["sdpa"], rtol=1e-6, atol=1e-8)
+
+
+def test_document_causal_block_mask_matches_the_dense_mask():
+    """The target's packed-row mask as a BlockMask (flex-attention targets) against the dense
+    mask through attention itself, with a padding tail; a plain causal mask must differ."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from train.blocks import document_causal_block_mask
+    from train.data import document_causal_mask
+
+    gen = torch.Generator().manual_seed(0)
+    doc_ids = torch.tensor([[0] * 50 + [1] * 100 + [2] * 90 + [-1] * 16, [0] * 200 + [1] * 56])
+    q, k, v = (torch.randn(2, 2, 256, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    dense = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=document_causal_mask(doc_ids)
+    )
+    with torch.no_grad():
+        flex = flex_attention(q, k, v, block_mask=document_causal_block_mask(doc_ids))
+        causal = create_block_mask(lambda b, h, i, j: j <= i, 2, None, 256, 256, device="cpu")
+        plain = flex_attention(q, k, v, block_mask=causal)
+    assert torch.allclose(flex, dense, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(plain, dense, rtol=1e-3, atol=1e-6)
