@@ -206,7 +206,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args(argv)
     if a.part == "step8b":
-        res = bench_train_scale.bench_scale(a)
+        save = (
+            (lambda r: Path(a.json).write_text(json.dumps(r, indent=2, default=str)))
+            if a.json
+            else None
+        )
+        res = bench_train_scale.bench_scale(a, on_row=save)
         bench_train_scale.print_scale_table(res)
         if a.json:
             Path(a.json).write_text(json.dumps(res, indent=2, default=str))

@@ -521,7 +521,7 @@ def run_child(spec: str, args) -> dict:
         return json.loads(path.read_text())["rows"][0]
 
 
-def bench_scale(args) -> dict:
+def bench_scale(args, on_row=None) -> dict:
     """-> {"rows": [...], "matmul_tflops_per_s": float | None, ...}; rows get MFU columns."""
     from scripts.bench_train import measured_bf16_flops
 
@@ -553,6 +553,12 @@ def bench_scale(args) -> dict:
                     raise
                 rows.append({"variant": spec, "shape": args.shape, "error": repr(e)[:300]})
         print(f"[step8b] {spec}: {json.dumps(rows[-1], default=str)[:400]}", flush=True)
+        if on_row is not None:  # e.g. write the JSON so far: a time limit keeps finished rows
+            on_row(result(args, rows, matmul, build_s, dev))
+    return result(args, rows, matmul, build_s, dev)
+
+
+def result(args, rows: list[dict], matmul: float | None, build_s: float, dev) -> dict:
     for r in rows:
         if "tokens_per_s" not in r or dev.type != "cuda":
             continue
