@@ -41,9 +41,19 @@ def anchor_blocks(
 ):
     """-> (anchors [N, A], valid [N, A], BlockTargets) for one batch at `step` (-1: evaluation)."""
     doc_ids = batch.get("doc_ids")
+    # The sampler draws on the CPU from each row's content: hand it CPU copies (three copies in
+    # all, instead of a device sync per row), then move its result back.
+    dev = batch["loss_mask"].device
+    cpu = {k: batch[k].cpu() for k in ("loss_mask", "input_ids")}
     anchors, valid = sample_anchors(
-        batch["loss_mask"], num_anchors, seed, step, batch["input_ids"], doc_ids
+        cpu["loss_mask"],
+        num_anchors,
+        seed,
+        step,
+        cpu["input_ids"],
+        doc_ids.cpu() if doc_ids is not None else None,
     )
+    anchors, valid = anchors.to(dev), valid.to(dev)
     tg: BlockTargets = block_targets(
         batch["input_ids"],
         batch["loss_mask"],
