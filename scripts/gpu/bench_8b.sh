@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/devi
 stage train_qwen3_8b 230 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
   step8b --shape qwen3_8b --keep-going
 stage train_smollm2 150 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
-  step8b --shape smollm2_135m --steps 5 --keep-going
+  step8b --shape smollm2_135m --steps 5 --keep-going --profile-dir "$OUT/train_smollm2_profile"
 for _ in $(seq 24); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
 export PYTHONPATH="/tmp/vsite:$PYTHONPATH"
 VR=(python3 scripts/gpu/vllm_round_cost.py --out "$OUT/vllm_round" --child-timeout 200)
