@@ -29,10 +29,11 @@ stage train_smollm2 150 python3 scripts/bench_train.py --json "$OUT/train_smollm
 for _ in $(seq 24); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
 export PYTHONPATH="/tmp/vsite:$PYTHONPATH"
 VR=(python3 scripts/gpu/vllm_round_cost.py --out "$OUT/vllm_round" --child-timeout 200)
+# Each call skips what an earlier one finished, so a configuration cut by one limit runs next.
 stage vllm_a 240 "${VR[@]}" --budget-s 225 --configs target dspark_v32k_k7
-stage vllm_b 220 "${VR[@]}" --budget-s 200 --configs dspark_vfull_k7 profile
-[ "${SKIP_KSWEEP:-0}" = 1 ] || stage vllm_k 220 "${VR[@]}" --budget-s 200 \
-  --configs dspark_v32k_k5 dspark_v32k_k3 dspark_v32k_k1
+stage vllm_b 220 "${VR[@]}" --budget-s 200 --configs target dspark_v32k_k7 dspark_vfull_k7 profile
+[ "${SKIP_KSWEEP:-0}" = 1 ] || stage vllm_k 220 "${VR[@]}" --budget-s 200 --configs target \
+  dspark_v32k_k7 dspark_vfull_k7 profile dspark_v32k_k5 dspark_v32k_k3 dspark_v32k_k1
 stage adaptive 60 python3 scripts/gpu/adaptive_emulation.py --costs "$OUT/vllm_round/results.json" \
   --out "$OUT/adaptive"
 python3 scripts/gpu/summarize_8b.py "$OUT"

@@ -29,7 +29,7 @@ state; results are written after every child, so a time limit still leaves the f
   input preparation); and a torch.profiler kernel table of a few rounds at batch 128.
 By default: target only; DSpark K = 7 with the 32k and the full vocabulary; the profile; K = 5,
 3, 1 with 32k. `--configs NAME ...` runs a subset; finished configurations in --out (part_*.json)
-are kept and merged, so a second call can add the rest.
+are kept, merged and not rerun (unless --redo), so a later call adds what a time limit cut.
 Output: results.json (everything), sps_table.json (common/sampling/adaptive.py's format), the
 profile table, speedup.png (if matplotlib is there). Printed: t_step, t_round, t_round / t_step
 and the speed-up `tau * t_step / t_round` for tau = 1..K+1, per batch.
@@ -430,6 +430,9 @@ def parent(args) -> int:
         results["configs"][part.stem[len("part_") :]] = json.loads(part.read_text())
     names = args.configs or config_names(args.ks, args.vocabs)
     for name in names:
+        if name in results["configs"] and not args.redo:
+            print(f"[vllm_round_cost] {name}: done in an earlier call (--redo to repeat)")
+            continue
         left = args.budget_s - (time.perf_counter() - t0)
         if left < 30:
             print(f"[vllm_round_cost] {name}: skipped, {left:.0f}s of --budget-s left", flush=True)
@@ -588,6 +591,7 @@ def main(argv=None) -> int:
     ap.add_argument("--child-timeout", type=float, default=150, help="seconds per engine")
     ap.add_argument("--budget-s", type=float, default=1e9, help="no engine starts after this")
     ap.add_argument("--build-only", action="store_true", help="write the folders and stop")
+    ap.add_argument("--redo", action="store_true", help="rerun configurations already in --out")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
