@@ -392,8 +392,10 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         timer = PhaseTimer(cuda)
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         try:
+            first = None
             for _ in range(args.warmup):
-                trainer.train_step()
+                out = trainer.train_step()
+                first = first or out
             sync()
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
@@ -434,6 +436,10 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         row["target_forward_tokens_per_s"] = tokens / tf if tf else None
         row["flops_split_tflop"] = {k: v * per_step / 1e12 for k, v in fl.items()}
         row["loss"] = out["loss"]
+        # Every variant starts from the same draft on the same batch: the first step's loss and
+        # gradient norm must agree across rows (a numerics check of each variant on the device).
+        row["first_step_loss"] = first["loss"] if first else None
+        row["first_step_grad_norm"] = first["grad_norm"] if first else None
         if prof:
             row.update(prof)
         trainer.capture.close()
@@ -596,6 +602,8 @@ TABLE_KEYS = (
     "other_ms",
     "gpu_busy_fraction",
     "kernel_launches",
+    "first_step_loss",
+    "first_step_grad_norm",
 )
 
 
