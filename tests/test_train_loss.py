@@ -14,7 +14,7 @@ from train.loss import block_targets, distill_loss, summarize
 V, HT, T = 48, 16, 24
 
 
-def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0):
+def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0, markov_rank: int = 4):
     torch.manual_seed(seed)
     cfg = DSparkConfig(
         vocab_size=V,
@@ -29,7 +29,8 @@ def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0):
         head_dim=8,
         intermediate_size=32,
         block_size=4,
-        markov_rank=4,
+        markov_rank=markov_rank,
+        enable_confidence_head=markov_rank > 0,  # DFlash (rank 0): no Markov, no confidence
         draft_vocab_size=30 if reduced else None,
         sample_from_anchor=sample_from_anchor,
     )
@@ -78,6 +79,8 @@ def naive_loss(m, fo, tg, final, head, ids):
                     d = int((sel == lab).nonzero())
                     nums["ce"] += -w * torch.log(p_d[d])
                     dens["ce"] += w
+                if m.confidence_head is None:  # DFlash: no confidence term
+                    continue
                 c = m.compute_confidence(fo.hidden[i, k, j][None], fo.markov_embed[i, k, j][None])
                 y = 1 - l1.detach() / 2
                 nums["bce"] += -w * (y * torch.log(c) + (1 - y) * torch.log(1 - c)).squeeze()
@@ -109,10 +112,11 @@ def test_chunking_changes_neither_loss_nor_gradients():
 
 @pytest.mark.parametrize("reduced", [False, True])
 @pytest.mark.parametrize("mode", ["fused", "checkpoint"])
-def test_vocab_grad_modes_match_naive_reference_gradients(reduced, mode):
+@pytest.mark.parametrize("rank", [4, 0], ids=["dspark", "dflash"])
+def test_vocab_grad_modes_match_naive_reference_gradients(reduced, mode, rank):
     """Both gradient paths of the vocab-sized part against autograd through the float64
     per-token loop (and the fused path's closed form against autograd, chunked at 3 rows)."""
-    m, ids, lm, aux, final, head, anchors, valid = setup(reduced)
+    m, ids, lm, aux, final, head, anchors, valid = setup(reduced, markov_rank=rank)
     grads = {}
     for name in ("naive", mode):
         m.zero_grad()
@@ -136,7 +140,8 @@ def test_vocab_grad_modes_match_naive_reference_gradients(reduced, mode):
         grads[name] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
         grads[name]["loss"] = loss.detach()
     assert grads["naive"].keys() == grads[mode].keys()
-    assert "markov_head.markov_w2.weight" in grads[mode] and "fc.weight" in grads[mode]
+    assert ("markov_head.markov_w2.weight" in grads[mode]) == (rank > 0)
+    assert "fc.weight" in grads[mode]
     for k, ref in grads["naive"].items():
         assert torch.allclose(grads[mode][k], ref, rtol=1e-9, atol=1e-11), k
         assert k == "loss" or ref.abs().max() > 0, k  # every compared gradient is informative
