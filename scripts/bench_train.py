@@ -78,12 +78,14 @@ def bench_loss(a) -> list[dict]:
     for name, chunk in ((f"chunked ({a.chunk} rows)", a.chunk), ("unchunked", rows + 1)):
 
         def step(chunk=chunk):
-            loss, _ = distill_loss(model, fo, tg, final, head, tg.dens(), chunk_tokens=chunk)
+            loss, _ = distill_loss(
+                model, fo, tg, final, head, tg.dens(), chunk_tokens=chunk, vocab_grad=a.vocab_grad
+            )
             loss.backward()
             fo.hidden.grad = fo.markov_input.grad = None
 
         r = measure(step, model, a.device, a.warmup, a.iters)
-        out.append({"loss": name, "rows": rows, "vocab": a.vocab, **r})
+        out.append({"loss": name, "vocab_grad": a.vocab_grad, "rows": rows, "vocab": a.vocab, **r})
     return out
 
 
@@ -197,6 +199,7 @@ def main(argv=None) -> int:
     lp.add_argument("--seq", type=int, default=1024)
     lp.add_argument("--warmup", type=int, default=1)
     lp.add_argument("--iters", type=int, default=2)
+    lp.add_argument("--vocab-grad", default="fused", choices=["fused", "checkpoint"])
     sp = sub.add_parser("step")
     sp.add_argument("--steps", type=int, default=12)
     sp.add_argument("--gpu", action="store_true")
