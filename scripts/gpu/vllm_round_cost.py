@@ -197,7 +197,7 @@ def make_llm(target_dir: Path, draft_dir: Path | None, k: int, args, eager: bool
     )
     if not eager:  # capture only the decode sizes used (graph capture is start-up time); the
         # same list for every configuration, so vLLM's compile cache serves the target each time
-        sizes = sorted({b * (k + 1) for b in batches for k in (0, *args.ks)})
+        sizes = sorted({b * (n + 1) for b in batches for n in (0, *args.ks)})
         kwargs["compilation_config"] = {
             "cudagraph_capture_sizes": sizes,
             "max_cudagraph_capture_size": max(sizes),
