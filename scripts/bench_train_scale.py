@@ -533,6 +533,11 @@ def bench_scale(args, on_row=None) -> dict:
     from scripts.bench_train import measured_bf16_flops
 
     dev = torch.device(args.device)
+    if dev.type == "cpu" and args.shape != "tiny":
+        raise SystemExit(
+            f"step8b --shape {args.shape} on the CPU would build a {args.shape} target in float32 "
+            "here: run it on a GPU (--device cuda), or use --shape tiny for a plumbing check"
+        )
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     variants = args.variants or SHAPES[args.shape]["variants"]
     if dev.type == "cpu":  # no CPU flex-attention backward; no single-process FSDP on CPU
