@@ -112,3 +112,40 @@ def test_adaptive_equals_plain_when_verifying_is_free_and_wins_when_it_is_not():
     steep = ae.emulate(ae.CostModel.from_results(synthetic_results()), 128, 3.0, Args)
     assert steep["adaptive_round_sps"] > 1.1 * steep["plain_k7"]
     assert steep["mean_verified"]["adaptive_round_sps"] < 7
+
+
+def test_summary_has_every_headline_key_with_its_source(tmp_path):
+    from scripts.gpu.summarize_8b import summarize
+
+    (tmp_path / "vllm_round").mkdir()
+    (tmp_path / "vllm_round" / "results.json").write_text(json.dumps(synthetic_results()))
+    rows = [
+        {"variant": "a", "tokens_per_s": 10.0, "mfu_spec_peak": 0.1, "peak_gib": 50.0},
+        {"variant": "b", "tokens_per_s": 20.0, "mfu_spec_peak": 0.2, "peak_gib": 60.0},
+        {"variant": "c", "error": "x"},
+    ]
+    for name in ("train_qwen3_8b.json", "train_smollm2.json"):
+        (tmp_path / name).write_text(json.dumps({"rows": rows}))
+
+    class Args:
+        draws, spread, conf_noise = 1, 1.0, 0.5
+
+    cost = ae.CostModel.from_results(synthetic_results())
+    (tmp_path / "adaptive").mkdir()
+    (tmp_path / "adaptive" / "adaptive_emulation.json").write_text(
+        json.dumps({"rows": [ae.emulate(cost, 128, 4.0, Args)]})
+    )
+    s = summarize(tmp_path)
+    keys = (
+        "train_tokens_per_s",
+        "train_mfu_spec_peak",
+        "train_peak_gib",
+        "train_tokens_per_s_smollm2",
+        "round_over_step_b1_v32k",
+        "round_over_step_b128_v32k",
+        "speedup_tau4_b128_plain",
+        "speedup_tau4_b128_adaptive",
+    )
+    for k in keys:
+        assert s[k] is not None and (tmp_path / s[f"{k}_source"]).exists(), k
+    assert s["train_tokens_per_s"] == 20.0 and s["train_variant"] == "b"
