@@ -13,7 +13,8 @@ AdamW), built as `train.distill.run` builds it, except that
 - the data are random ids packed into `seq_len` rows of documents of 256-2048 tokens, the first
   ~30% of each document (the "prompt") unsupervised; the draft vocabulary map comes from
   Zipf-like synthetic counts.
-The phases are timed by `train.phases` hooks in that code (CUDA events on a GPU).
+The phases are timed with CUDA events (synchronised timers on CPU) around the trainer's own
+collaborators (`instrument`) and `train.phases` marks in the objective and the loss.
 
 One row per variant (all in one process, the same target; a distributed variant runs in a
 `torchrun --nproc-per-node 1` child): see VARIANTS. A variant name may add Hydra overrides after
@@ -269,6 +270,39 @@ class PhaseTimer:
         return {k: sum(s.elapsed_time(e) for s, e in v) / 1e3 for k, v in self.events.items()}
 
 
+def instrument(trainer, timer) -> None:
+    """Time the trainer's step parts without touching its code: its collaborators are wrapped
+    on this instance (anchors = `_prepare`, target forward = the capture, draft + loss forward =
+    the objective's forward, backward = `accelerator.backward`, optimizer = clip + step +
+    zero_grad). The draft/loss/teacher split inside comes from `train.phases` marks."""
+
+    def timed(name, fn):
+        def call(*a, **k):
+            with timer(name):
+                return fn(*a, **k)
+
+        return call
+
+    class TimedCapture:
+        def __init__(self, capture):
+            self._capture = capture
+
+        def __call__(self, *a, **k):
+            with timer("target_forward"):
+                return self._capture(*a, **k)
+
+        def __getattr__(self, item):
+            return getattr(self._capture, item)
+
+    trainer._prepare = timed("anchors", trainer._prepare)
+    trainer.capture = TimedCapture(trainer.capture)
+    trainer.objective.forward = timed("draft_and_loss_forward", trainer.objective.forward)
+    trainer.acc.backward = timed("backward", trainer.acc.backward)
+    trainer.acc.clip_grad_norm_ = timed("optimizer", trainer.acc.clip_grad_norm_)
+    trainer.opt.step = timed("optimizer", trainer.opt.step)
+    trainer.opt.zero_grad = timed("optimizer", trainer.opt.zero_grad)
+
+
 def linear_params(h, inter, nh, nkv, hd, layers) -> int:
     return layers * (h * hd * (2 * nh + 2 * nkv) + 3 * h * inter)
 
@@ -390,6 +424,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         acc.unwrap_model(trainer.objective).vocab_grad = v["vocab_grad"]
         cuda = acc.device.type == "cuda"
         timer = PhaseTimer(cuda)
+        instrument(trainer, timer)
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         try:
             first = None
@@ -399,6 +434,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
             sync()
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
+            timer.reset()  # the warm-up steps were timed too
             set_recorder(timer)
             times, tokens = [], 0
             for _ in range(args.steps):

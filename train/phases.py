@@ -1,10 +1,10 @@
-"""Optional wall-clock split of a training step into named phases (target forward, draft
-forward, loss, teacher logits, backward, optimizer), for benchmarks.
+"""Optional timing marks inside the draft objective (draft forward, loss, teacher logits), for
+benchmarks.
 
-The training code marks its parts with `with phase("name"):`. With no recorder installed (the
-default) that is a no-op; `scripts/bench_train.py` installs one that records CUDA events (or
-synchronised timers on CPU) around the same code the trainer runs. Phases may nest (the teacher
-logits are inside the loss), so their times do not add up to the step."""
+The code marks its parts with `with phase("name"):`. With no recorder installed (the default)
+that is a no-op; `scripts/bench_train_scale.py` installs one that records CUDA events (or
+synchronised timers on CPU) around the same code the trainer runs. Phases nest (the teacher
+logits are inside the loss, and in the backward pass of a checkpointed loss)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,6 @@ from train.data import build_dataloader
 from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
-from train.phases import phase
 from train.state import latest_checkpoint, load_checkpoint_state, save_checkpoint_state
 
 
@@ -131,8 +130,7 @@ class Trainer:
         micro = []
         for _ in range(tc.grad_accum):
             batch = self._next_batch()
-            with phase("anchors"):
-                micro.append((batch, *self._prepare(batch, self.step)))
+            micro.append((batch, *self._prepare(batch, self.step)))
         dens = {}
         for _, _, _, tg in micro:
             for k, v in tg.dens().items():
@@ -141,25 +139,21 @@ class Trainer:
         totals: dict[str, torch.Tensor] = {}
         tokens = 0
         for i, (batch, anchors, valid, tg) in enumerate(micro):
-            with phase("target_forward"):
-                cap = capture_batch(self.capture, batch)
+            cap = capture_batch(self.capture, batch)
             sync = i == len(micro) - 1
             ctx = contextlib.nullcontext() if sync else self.acc.no_sync(self.objective)
             with ctx:
-                with phase("draft_and_loss_forward"):
-                    loss, sums = self.objective(
-                        cap.aux, cap.final, self.teacher_head, batch, anchors, valid, tg, dens
-                    )
-                with phase("backward"):
-                    self.acc.backward(loss * self.world)
+                loss, sums = self.objective(
+                    cap.aux, cap.final, self.teacher_head, batch, anchors, valid, tg, dens
+                )
+                self.acc.backward(loss * self.world)
             for k, v in sums.items():
                 totals[k] = totals.get(k, 0) + v
             tokens += batch["input_ids"].numel()
-        with phase("optimizer"):
-            grad_norm = self.acc.clip_grad_norm_(self.objective.parameters(), self.cfg.optim.clip)
-            self.opt.step()
-            self.sched.step()
-            self.opt.zero_grad(set_to_none=True)
+        grad_norm = self.acc.clip_grad_norm_(self.objective.parameters(), self.cfg.optim.clip)
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
         out = summarize(self._reduce(totals))
         out["loss"] = (
             self.cfg.loss.ce_weight * out["ce"]
