@@ -51,8 +51,13 @@ class TargetCapture:
                 "draft.target_layer_ids"
             )
         self._store: dict[int, torch.Tensor] = {}
-        for i in self.layer_ids:
-            layers[i].register_forward_hook(self._hook(i))
+        self._handles = [layers[i].register_forward_hook(self._hook(i)) for i in self.layer_ids]
+
+    def close(self) -> None:
+        """Remove the hooks (a benchmark builds several captures on one target)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
     def _hook(self, i: int):
         def save(_module, _inputs, output):
@@ -66,7 +71,9 @@ class TargetCapture:
         out = self.model.get_decoder()(input_ids=input_ids, use_cache=use_cache, **kwargs)
         aux = torch.cat([self._store[i] for i in self.layer_ids], dim=-1)
         self._store.clear()
-        if self.check_finite and not (torch.isfinite(aux).all() and torch.isfinite(out[0]).all()):
+        if self.check_finite and not bool(  # one host sync for both checks
+            torch.isfinite(aux).all() & torch.isfinite(out[0]).all()
+        ):
             raise FloatingPointError(
                 "NaN/Inf in the target's hidden states: check the target dtype (bf16 overflow?) "
                 "and the input ids"

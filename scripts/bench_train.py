@@ -4,6 +4,11 @@
     python scripts/bench_train.py loss --device cuda --hidden 4096 --anchors 512   # H200
     python scripts/bench_train.py step                     # tiny run: tokens/s, peak memory
     python scripts/bench_train.py step --gpu               # same run on the GPU (trainer=gpu)
+    python scripts/bench_train.py --json r.json step8b     # real trainer step, Qwen3-8B shape
+    python scripts/bench_train.py step8b --shape smollm2_135m   # ... SmolLM2-135M shape
+
+`step8b` (scripts/bench_train_scale.py): the trainer's step with a random-weight target of a
+real model's shape built in memory; one row per speed variant, step split, MFU.
 
 `loss`: fwd+bwd of `train.loss.distill_loss` alone (the draft's hidden states are leaves) at vocab
 151,936, with `chunk_tokens` = --chunk and = all rows (unchunked, what a naive loss does):
@@ -28,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.config import DSparkConfig  # noqa: E402
 from common.model import DSparkDraftModel  # noqa: E402
+from scripts import bench_train_scale  # noqa: E402
 from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
 from train.anchors import sample_anchors  # noqa: E402
 from train.loss import block_targets, distill_loss  # noqa: E402
@@ -72,12 +78,14 @@ def bench_loss(a) -> list[dict]:
     for name, chunk in ((f"chunked ({a.chunk} rows)", a.chunk), ("unchunked", rows + 1)):
 
         def step(chunk=chunk):
-            loss, _ = distill_loss(model, fo, tg, final, head, tg.dens(), chunk_tokens=chunk)
+            loss, _ = distill_loss(
+                model, fo, tg, final, head, tg.dens(), chunk_tokens=chunk, vocab_grad=a.vocab_grad
+            )
             loss.backward()
             fo.hidden.grad = fo.markov_input.grad = None
 
         r = measure(step, model, a.device, a.warmup, a.iters)
-        out.append({"loss": name, "rows": rows, "vocab": a.vocab, **r})
+        out.append({"loss": name, "vocab_grad": a.vocab_grad, "rows": rows, "vocab": a.vocab, **r})
     return out
 
 
@@ -191,13 +199,26 @@ def main(argv=None) -> int:
     lp.add_argument("--seq", type=int, default=1024)
     lp.add_argument("--warmup", type=int, default=1)
     lp.add_argument("--iters", type=int, default=2)
+    lp.add_argument("--vocab-grad", default="fused", choices=["fused", "checkpoint"])
     sp = sub.add_parser("step")
     sp.add_argument("--steps", type=int, default=12)
     sp.add_argument("--gpu", action="store_true")
     sp.add_argument("--experiment", default="tiny")
     sp.add_argument("overrides", nargs="*", help="extra train.distill overrides")
+    bench_train_scale.add_parser(sub)
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args(argv)
+    if a.part == "step8b":
+        save = (
+            (lambda r: Path(a.json).write_text(json.dumps(r, indent=2, default=str)))
+            if a.json
+            else None
+        )
+        res = bench_train_scale.bench_scale(a, on_row=save)
+        bench_train_scale.print_scale_table(res)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=2, default=str))
+        return 0 if all("error" not in r for r in res["rows"]) else 1
     rows = bench_loss(a) if a.part == "loss" else bench_step(a)
     if a.part == "loss" and len(rows) == 2:
         rows[1]["peak_ratio_vs_chunked"] = rows[1]["peak_mib"] / max(rows[0]["peak_mib"], 1e-9)

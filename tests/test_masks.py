@@ -105,3 +105,53 @@ def test_mask_shapes_and_rule():
     assert im.shape == (2, 2, 6)
     assert im[0].tolist() == [[False] * 4 + [True] * 2] * 2
     assert im[1].tolist() == [[True] * 3 + [False] + [True] * 2] * 2
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_flex_block_mask_gives_the_dense_mask_result(packed):
+    """`train_attention="flex"` (a BlockMask) against the dense boolean mask, float64, with
+    packed documents and an invalid (padding) anchor; shifting the anchors in the flex mask alone
+    must change the result (negative control). Forward only: CPU flex attention has no backward
+    (the kernel's gradient is flex attention's own, exercised by the GPU benchmark)."""
+    model = tiny_model(draft_vocab_size=40).double()
+    gen = torch.Generator().manual_seed(3)
+    n, t = 2, 24
+    ctx = torch.randn(n, t, model.config.fc_input_size, generator=gen, dtype=torch.float64)
+    ids = torch.randint(0, 90, (n, t), generator=gen)
+    anchors = torch.tensor([[2, 8, 15], [0, 5, 11]])
+    valid = torch.tensor([[True, True, True], [False, True, True]])
+    doc_ids = pos = None
+    if packed:
+        doc_ids = torch.tensor([[0] * 10 + [1] * 14, [0] * 7 + [1] * 17])
+        starts = torch.tensor([[0] * 10 + [10] * 14, [0] * 7 + [7] * 17])
+        pos = torch.arange(t).expand(n, t) - starts
+    outs = {}
+    for backend, anc in (("sdpa", anchors), ("flex", anchors), ("shifted", anchors + 1)):
+        model.train_attention = "sdpa" if backend == "sdpa" else "flex"
+        with torch.no_grad():
+            outs[backend] = model.forward_train(ctx, ids, anc, valid, pos, doc_ids).hidden
+    model.train_attention = "sdpa"
+    assert torch.allclose(outs["flex"], outs["sdpa"], rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(outs["shifted"], outs["sdpa"], rtol=1e-6, atol=1e-8)
+
+
+def test_document_causal_block_mask_matches_the_dense_mask():
+    """The target's packed-row mask as a BlockMask (flex-attention targets) against the dense
+    mask through attention itself, with a padding tail; a plain causal mask must differ."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from train.blocks import document_causal_block_mask
+    from train.data import document_causal_mask
+
+    gen = torch.Generator().manual_seed(0)
+    doc_ids = torch.tensor([[0] * 50 + [1] * 100 + [2] * 90 + [-1] * 16, [0] * 200 + [1] * 56])
+    q, k, v = (torch.randn(2, 2, 256, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    dense = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=document_causal_mask(doc_ids)
+    )
+    with torch.no_grad():
+        flex = flex_attention(q, k, v, block_mask=document_causal_block_mask(doc_ids))
+        causal = create_block_mask(lambda b, h, i, j: j <= i, 2, None, 256, 256, device="cpu")
+        plain = flex_attention(q, k, v, block_mask=causal)
+    assert torch.allclose(flex, dense, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(plain, dense, rtol=1e-3, atol=1e-6)

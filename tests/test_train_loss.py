@@ -14,7 +14,7 @@ from train.loss import block_targets, distill_loss, summarize
 V, HT, T = 48, 16, 24
 
 
-def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0):
+def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0, markov_rank: int = 4):
     torch.manual_seed(seed)
     cfg = DSparkConfig(
         vocab_size=V,
@@ -29,7 +29,8 @@ def setup(reduced: bool, sample_from_anchor: bool = True, seed: int = 0):
         head_dim=8,
         intermediate_size=32,
         block_size=4,
-        markov_rank=4,
+        markov_rank=markov_rank,
+        enable_confidence_head=markov_rank > 0,  # DFlash (rank 0): no Markov, no confidence
         draft_vocab_size=30 if reduced else None,
         sample_from_anchor=sample_from_anchor,
     )
@@ -69,7 +70,9 @@ def naive_loss(m, fo, tg, final, head, ids):
                     continue
                 w = math.exp(-j / 4)
                 p_d = torch.softmax(logits[i, k, j], -1)
-                p_t = torch.softmax(head @ final[i, tg.label_pos[i, k, j] - 1], -1)
+                z_t = head @ final[i, tg.label_pos[i, k, j] - 1]
+                cap = m.config.target_logit_softcap  # Gemma: cap * tanh(z / cap), teacher only
+                p_t = torch.softmax(cap * torch.tanh(z_t / cap) if cap else z_t, -1)
                 l1 = (p_d - p_t[sel]).abs().sum() + (1 - p_t[sel].sum())
                 nums["l1"] += w * l1
                 dens["l1"] += w
@@ -78,6 +81,8 @@ def naive_loss(m, fo, tg, final, head, ids):
                     d = int((sel == lab).nonzero())
                     nums["ce"] += -w * torch.log(p_d[d])
                     dens["ce"] += w
+                if m.confidence_head is None:  # DFlash: no confidence term
+                    continue
                 c = m.compute_confidence(fo.hidden[i, k, j][None], fo.markov_embed[i, k, j][None])
                 y = 1 - l1.detach() / 2
                 nums["bce"] += -w * (y * torch.log(c) + (1 - y) * torch.log(1 - c)).squeeze()
@@ -105,6 +110,60 @@ def test_chunking_changes_neither_loss_nor_gradients():
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 5
     for k in grads[0]:
         assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-10, atol=1e-12), k
+
+
+@pytest.mark.parametrize("softcap", [None, 0.5], ids=["no-cap", "softcap"])
+@pytest.mark.parametrize("reduced", [False, True])
+@pytest.mark.parametrize("mode", ["fused", "checkpoint"])
+@pytest.mark.parametrize("rank", [4, 0], ids=["dspark", "dflash"])
+def test_vocab_grad_modes_match_naive_reference_gradients(reduced, mode, rank, softcap):
+    """Both gradient paths of the vocab-sized part against autograd through the float64
+    per-token loop (and the fused path's closed form against autograd, chunked at 3 rows), with
+    and without a soft-capped teacher (a cap small enough to change these logits)."""
+    m, ids, lm, aux, final, head, anchors, valid = setup(reduced, markov_rank=rank)
+    m.config.target_logit_softcap = softcap
+    grads = {}
+    for name in ("naive", mode):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+        if name == "naive":
+            loss = naive_loss(m, fo, tg, final, head, ids)
+        else:
+            loss, _ = distill_loss(  # the naive loop backprops BCE into the backbone too
+                m,
+                fo,
+                tg,
+                final,
+                head,
+                tg.dens(),
+                chunk_tokens=3,
+                vocab_grad=mode,
+                confidence_detach=False,
+            )
+        loss.backward()
+        grads[name] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        grads[name]["loss"] = loss.detach()
+    assert grads["naive"].keys() == grads[mode].keys()
+    assert ("markov_head.markov_w2.weight" in grads[mode]) == (rank > 0)
+    assert "fc.weight" in grads[mode]
+    for k, ref in grads["naive"].items():
+        assert torch.allclose(grads[mode][k], ref, rtol=1e-9, atol=1e-11), k
+        assert k == "loss" or ref.abs().max() > 0, k  # every compared gradient is informative
+
+
+def test_fused_gradient_differs_when_a_term_is_dropped():
+    """Negative control: the comparison above would catch a missing L1 gradient."""
+    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    out = []
+    for w in ((0.1, 0.9, 1.0), (0.1, 0.0, 1.0)):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+        loss, _ = distill_loss(m, fo, tg, final, head, tg.dens(), weights=w, vocab_grad="fused")
+        loss.backward()
+        out.append(m.markov_head.markov_w2.weight.grad.clone())
+    assert not torch.allclose(out[0], out[1], rtol=1e-3, atol=1e-6)
 
 
 def test_confidence_detach_blocks_backbone_gradient_from_bce():

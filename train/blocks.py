@@ -10,13 +10,29 @@ from train.loss import BlockTargets, block_targets
 
 
 def capture_batch(capture: TargetCapture, batch: dict) -> Capture:
-    """Target forward over `batch["input_ids"]`, per-document causal when the rows are packed."""
+    """Target forward over `batch["input_ids"]`, per-document causal when the rows are packed
+    (a dense [B, 1, L, L] mask, or a flex-attention BlockMask for a target whose attention
+    implementation is flex_attention: its kernel skips the tiles outside every document)."""
     if "doc_ids" not in batch:
         return capture(batch["input_ids"])
-    return capture(
-        batch["input_ids"],
-        attention_mask=document_causal_mask(batch["doc_ids"]),
-        position_ids=batch["position_ids"],
+    flex = getattr(capture.model.config, "_attn_implementation", None) == "flex_attention"
+    doc_ids = batch["doc_ids"]
+    mask = document_causal_block_mask(doc_ids) if flex else document_causal_mask(doc_ids)
+    return capture(batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"])
+
+
+def document_causal_block_mask(doc_ids):
+    """`document_causal_mask`'s rule (query q sees keys k <= q of its own document; padding, -1,
+    sees padding) as a flex-attention `BlockMask` [B, 1, L, L]."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    n, t = doc_ids.shape
+
+    def mask_mod(b, _h, q, k):
+        return (k <= q) & (doc_ids[b, q] == doc_ids[b, k])
+
+    return create_block_mask(
+        mask_mod, n, None, t, t, device=doc_ids.device, _compile=doc_ids.is_cuda
     )
 
 
@@ -25,9 +41,19 @@ def anchor_blocks(
 ):
     """-> (anchors [N, A], valid [N, A], BlockTargets) for one batch at `step` (-1: evaluation)."""
     doc_ids = batch.get("doc_ids")
+    # The sampler draws on the CPU from each row's content: hand it CPU copies (three copies in
+    # all, instead of a device sync per row), then move its result back.
+    dev = batch["loss_mask"].device
+    cpu = {k: batch[k].cpu() for k in ("loss_mask", "input_ids")}
     anchors, valid = sample_anchors(
-        batch["loss_mask"], num_anchors, seed, step, batch["input_ids"], doc_ids
+        cpu["loss_mask"],
+        num_anchors,
+        seed,
+        step,
+        cpu["input_ids"],
+        doc_ids.cpu() if doc_ids is not None else None,
     )
+    anchors, valid = anchors.to(dev), valid.to(dev)
     tg: BlockTargets = block_targets(
         batch["input_ids"],
         batch["loss_mask"],

@@ -8,8 +8,16 @@ reduces them over every micro-batch of an accumulation window and every data-par
 each micro-batch's loss is `num_local / den_global` (scaled for DDP's gradient averaging). That is
 exactly the global ratio, divided last.
 
-Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, under activation
-checkpointing, so no `[tokens, vocab]` fp32 tensor is ever built for all anchors at once.
+Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, so no
+`[tokens, vocab]` fp32 tensor is ever built for all anchors at once. Teacher logits are computed
+only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk.
+Gradient of the vocab-sized part (`vocab_grad`):
+- "fused" (default): each chunk's gradient with respect to the logits is written down in closed
+  form in the forward pass (CE: p - onehot; L1: p * (s - <s, p>), s = sign(p - q)) and turned into
+  d/d[h; u] and d/d markov_w2 right there; the backward pass only scales them. Teacher and draft
+  logits are computed once, and no gradient is formed for the frozen lm_head.
+- "checkpoint": autograd through `_chunk_terms` under activation checkpointing (the backward
+  recomputes teacher and draft logits per chunk). Same gradient; kept as the reference.
 Teacher: softmax over the FULL target vocab even with a reduced draft vocab (PINNED); teacher mass
 outside the draft vocab counts as disagreement in L1.
 """
@@ -25,6 +33,9 @@ from torch.utils.checkpoint import checkpoint
 
 from common.model import DSparkDraftModel
 from common.target import softcap_logits
+from train.phases import phase
+
+VOCAB_GRAD_MODES = ("fused", "checkpoint")
 
 
 @dataclass
@@ -66,16 +77,23 @@ def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
+@torch.no_grad()
+def _teacher_probs(teacher_h, w_teacher, sel, softcap=None):
+    """teacher_h [c, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c]).
+    `softcap`: the target's final-logit soft cap (Gemma), applied to the teacher logits only."""
+    with phase("teacher_logits"):
+        z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
+        p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
+        p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
+        return p_t_sel, 1.0 - p_t_sel.sum(-1)  # the mass the draft cannot express
+
+
 def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None):
     """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
     -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab);
     `softcap`: the target's final-logit soft cap (Gemma), applied to the teacher logits only."""
     logp_d = torch.log_softmax(_atleast_f32(hu @ w_fused.T.to(hu.dtype)), dim=-1)  # [c, Vd]
-    with torch.no_grad():
-        z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
-        p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
-        p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
-        outside = 1.0 - p_t_sel.sum(-1)  # teacher mass the draft cannot express
+    p_t_sel, outside = _teacher_probs(teacher_h, w_teacher, sel, softcap)
     l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
     ce = -logp_d.gather(1, labels_d.clamp(min=0).unsqueeze(1)).squeeze(1)
     return ce, l1
@@ -84,11 +102,13 @@ def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None)
 @dataclass
 class KeptRows:
     """The supervised (mask > 0) draft rows of a batch, flattened (M rows):
-    keep [N*A*Nd] bool; h [M, H]; e = W1[prev] [M, r]; hu = [h; u] [M, H+r] (u: Markov bias
-    input); th [M, Ht] teacher hidden at label-1; labels_d [M] draft id of the data token (-1
-    outside the draft vocab); sel [Vd] target ids of the draft vocab (None: full vocab)."""
+    keep [N*A*Nd] bool; idx [M] its nonzero positions; h [M, H]; e = W1[prev] [M, r];
+    hu = [h; u] [M, H+r] (u: Markov bias input); th [M, Ht] teacher hidden at label-1;
+    labels_d [M] draft id of the data token (-1 outside the draft vocab); sel [Vd] target ids
+    of the draft vocab (None: full vocab)."""
 
     keep: torch.Tensor
+    idx: torch.Tensor
     h: torch.Tensor
     e: torch.Tensor
     hu: torch.Tensor
@@ -100,19 +120,21 @@ class KeptRows:
 def kept_rows(model: DSparkDraftModel, fo, tg: BlockTargets, teacher_final) -> KeptRows:
     n = tg.labels.shape[0]
     keep = tg.mask.view(-1) > 0
+    idx = keep.nonzero().squeeze(1)  # one host sync; boolean indexing would sync per tensor
     # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
-    h = fo.hidden.flatten(0, -2)[keep]
-    u = fo.markov_input.flatten(0, -2)[keep]
-    e = fo.markov_embed.flatten(0, -2)[keep]
-    pos = tg.label_pos.view(n, -1)
-    th = teacher_final.gather(1, (pos - 1).unsqueeze(-1).expand(-1, -1, teacher_final.shape[-1]))
-    th = th.reshape(-1, teacher_final.shape[-1])[keep]
-    labels = tg.labels.reshape(-1)[keep]
+    h = fo.hidden.flatten(0, -2).index_select(0, idx)
+    u = fo.markov_input.flatten(0, -2).index_select(0, idx)
+    e = fo.markov_embed.flatten(0, -2).index_select(0, idx)
+    # Teacher hidden only at the kept rows' label-1 positions (row n, position label_pos - 1).
+    t = teacher_final.shape[1]
+    flat_pos = tg.label_pos.reshape(n, -1) - 1 + torch.arange(n, device=idx.device)[:, None] * t
+    th = teacher_final.reshape(n * t, -1).index_select(0, flat_pos.reshape(-1).index_select(0, idx))
+    labels = tg.labels.reshape(-1).index_select(0, idx)
     t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
     labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
     sel = model.draft_ids_in_target if model.config.reduced_vocab else None
     hu = torch.cat([h, u.to(h.dtype)], dim=-1)
-    return KeptRows(keep, h, e, hu, th, labels_d, sel)
+    return KeptRows(keep, idx, h, e, hu, th, labels_d, sel)
 
 
 def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed: bool):
@@ -134,6 +156,98 @@ def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed
     return (torch.cat(ces) if ces else empty), (torch.cat(l1s) if l1s else empty)
 
 
+class _FusedVocabLoss(torch.autograd.Function):
+    """S = sum_rows(coef_ce * ce + coef_l1 * l1) over `chunk` rows at a time, its gradient with
+    respect to hu [M, H+r] and markov_w2 [Vd, r] formed in the forward pass (module docstring).
+    Also returns ce [M] and l1 [M] (no gradient) for the metrics and the confidence target."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        hu,
+        w_markov,
+        w_fused,
+        teacher_h,
+        w_teacher,
+        labels_d,
+        sel,
+        coef_ce,
+        coef_l1,
+        chunk,
+        softcap,
+    ):
+        r = 0 if w_markov is None else w_markov.shape[1]
+        ghu = torch.empty_like(hu)
+        gw2 = (
+            None
+            if w_markov is None
+            else torch.zeros(
+                w_markov.shape,
+                dtype=torch.promote_types(w_markov.dtype, torch.float32),
+                device=hu.device,
+            )
+        )
+        total = hu.new_zeros((), dtype=torch.float64)
+        ces, l1s = [], []
+        w = w_fused.to(hu.dtype)
+        for s in range(0, hu.shape[0], chunk):
+            x = hu[s : s + chunk]
+            logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
+            p = logp.exp()
+            p_t_sel, outside = _teacher_probs(teacher_h[s : s + chunk], w_teacher, sel, softcap)
+            sign = torch.sign(p - p_t_sel)
+            l1 = (p - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
+            lab = labels_d[s : s + chunk].clamp(min=0).unsqueeze(1)
+            ce = -logp.gather(1, lab).squeeze(1)
+            cc, cl = coef_ce[s : s + chunk].to(p.dtype), coef_l1[s : s + chunk].to(p.dtype)
+            # d S / d logits: L1 part p * (s - <s, p>), CE part p - onehot(label).
+            g = p * (sign - (sign * p).sum(-1, keepdim=True)) * cl.unsqueeze(1)
+            g += p * cc.unsqueeze(1)
+            g.scatter_add_(1, lab, -cc.unsqueeze(1))
+            g = g.to(hu.dtype)
+            ghu[s : s + chunk] = g @ w
+            if gw2 is not None:
+                gw2 += (g.T @ x[:, x.shape[1] - r :]).to(gw2.dtype)
+            total += (coef_ce[s : s + chunk] * ce).sum() + (coef_l1[s : s + chunk] * l1).sum()
+            ces.append(ce)
+            l1s.append(l1)
+        ce_all = torch.cat(ces) if ces else hu.new_zeros(0, dtype=torch.float32)
+        l1_all = torch.cat(l1s) if l1s else hu.new_zeros(0, dtype=torch.float32)
+        ctx.save_for_backward(ghu, gw2)
+        ctx.w_markov_dtype = None if w_markov is None else w_markov.dtype
+        ctx.mark_non_differentiable(ce_all, l1_all)
+        return total, ce_all, l1_all
+
+    @staticmethod
+    def backward(ctx, g_total, _g_ce, _g_l1):
+        ghu, gw2 = ctx.saved_tensors
+        d_hu = ghu * g_total.to(ghu.dtype) if ctx.needs_input_grad[0] else None
+        d_w2 = None
+        if gw2 is not None and ctx.needs_input_grad[1]:
+            d_w2 = (gw2 * g_total.to(gw2.dtype)).to(ctx.w_markov_dtype)
+        return d_hu, d_w2, *([None] * 9)
+
+
+def fused_vocab_loss(model, rows: KeptRows, teacher_lm_head, coef_ce, coef_l1, chunk: int):
+    """-> (S with gradient, ce [M], l1 [M]); S = sum(coef_ce * ce + coef_l1 * l1)."""
+    w_markov = model.markov_head.markov_w2.weight if model.markov_head is not None else None
+    with torch.no_grad():
+        w_fused = model.fused_head_weight()
+    return _FusedVocabLoss.apply(
+        rows.hu,
+        w_markov,
+        w_fused,
+        rows.th,
+        teacher_lm_head,
+        rows.labels_d,
+        rows.sel,
+        coef_ce,
+        coef_l1,
+        chunk,
+        model.config.target_logit_softcap,
+    )
+
+
 def distill_loss(
     model: DSparkDraftModel,
     fo,  # TrainForward
@@ -144,14 +258,25 @@ def distill_loss(
     weights=(0.1, 0.9, 1.0),
     chunk_tokens: int = 1024,
     confidence_detach: bool = True,
+    vocab_grad: str = "fused",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work."""
+    if vocab_grad not in VOCAB_GRAD_MODES:
+        raise ValueError(f"vocab_grad={vocab_grad!r}: choose one of {VOCAB_GRAD_MODES}")
     rows = kept_rows(model, fo, tg, teacher_final)
-    keep, h, e = rows.keep, rows.h, rows.e
-    ce, l1 = vocab_terms(model, rows, teacher_lm_head, chunk_tokens, checkpointed=True)
+    h, e = rows.h, rows.e
+    wmask = (tg.mask * tg.decay).view(-1).index_select(0, rows.idx)
+    wce = (tg.ce_mask * tg.decay).view(-1).index_select(0, rows.idx)
+    fused = None
+    if vocab_grad == "fused":
+        coef_ce = weights[0] * wce / dens["ce"].clamp(min=1e-9)
+        coef_l1 = weights[1] * wmask / dens["l1"].clamp(min=1e-9)
+        fused, ce, l1 = fused_vocab_loss(
+            model, rows, teacher_lm_head, coef_ce, coef_l1, chunk_tokens
+        )
+    else:
+        ce, l1 = vocab_terms(model, rows, teacher_lm_head, chunk_tokens, checkpointed=True)
 
-    wmask = (tg.mask * tg.decay).view(-1)[keep]
-    wce = (tg.ce_mask * tg.decay).view(-1)[keep]
     accept = (1.0 - l1.detach() / 2).clamp(0, 1)  # 1 - TV
     nums = {"ce": (ce * wce).sum(), "l1": (l1 * wmask).sum()}
     conf = None
@@ -161,17 +286,20 @@ def distill_loss(
         bce = F.binary_cross_entropy_with_logits(c_logit, accept, reduction="none")
         nums["bce"] = (bce * wmask).sum()
         conf = torch.sigmoid(c_logit.detach())
+    terms = ("bce",) if fused is not None else ("ce", "l1", "bce")
     loss = sum(
         wt * nums[k] / dens[k].clamp(min=1e-9)
         for wt, k in zip(weights, ("ce", "l1", "bce"), strict=True)
-        if k in nums
+        if k in nums and k in terms
     )
-    metrics = block_metric_sums(tg, keep, accept, conf, nums)
+    if fused is not None:
+        loss = loss + fused
+    metrics = block_metric_sums(tg, rows.idx, accept, conf, nums)
     return loss, metrics
 
 
 @torch.no_grad()
-def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, torch.Tensor]:
+def block_metric_sums(tg: BlockTargets, idx, accept, conf, nums) -> dict[str, torch.Tensor]:
     """(sum, count) pairs, reduced across ranks by the caller and divided last.
 
     acc_num/acc_den [Nd]: per-position conditional acceptance 1 - TV.
@@ -179,7 +307,7 @@ def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, t
     """
     n, a, nd = tg.labels.shape
     full = torch.zeros(n * a * nd, device=accept.device, dtype=accept.dtype)
-    full[keep] = accept
+    full[idx] = accept
     acc = full.view(-1, nd)
     m = tg.mask.view(-1, nd)
     out = {
@@ -192,7 +320,7 @@ def block_metric_sums(tg: BlockTargets, keep, accept, conf, nums) -> dict[str, t
     }
     if conf is not None:
         cfull = torch.zeros_like(full, dtype=conf.dtype)
-        cfull[keep] = conf
+        cfull[idx] = conf
         c = cfull.view(-1, nd)
         out["bce_num"] = nums["bce"].detach()
         out["conf_err_num"] = ((c - acc).abs() * m).sum(0)
@@ -225,5 +353,5 @@ def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head
     rows = kept_rows(model, fo, tg, teacher_final)
     _, l1 = vocab_terms(model, rows, teacher_lm_head, chunk, checkpointed=False)
     out = torch.zeros(rows.keep.numel(), dtype=l1.dtype, device=l1.device)
-    out[rows.keep] = (1 - l1 / 2).clamp(0, 1)
+    out[rows.idx] = (1 - l1 / 2).clamp(0, 1)
     return out.view(tg.labels.shape)

@@ -9,6 +9,7 @@ from torch import nn
 
 from common.model import DSparkDraftModel
 from train.loss import BlockTargets, distill_loss
+from train.phases import phase
 
 
 class DistillObjective(nn.Module):
@@ -18,6 +19,9 @@ class DistillObjective(nn.Module):
         self.weights = (loss_cfg.ce_weight, loss_cfg.l1_weight, loss_cfg.bce_weight)
         self.chunk_tokens = loss_cfg.chunk_tokens
         self.confidence_detach = loss_cfg.confidence_detach
+        # How the vocab-sized part gets its gradient (train.loss.VOCAB_GRAD_MODES); benchmarks
+        # switch it to measure the two against each other.
+        self.vocab_grad = "fused"
 
     def forward(
         self,
@@ -30,25 +34,28 @@ class DistillObjective(nn.Module):
         targets: BlockTargets,
         dens: dict[str, torch.Tensor],
     ):
-        fo = self.draft.forward_train(
-            aux,
-            batch["input_ids"],
-            anchors,
-            anchor_valid,
-            position_ids=batch.get("position_ids"),
-            doc_ids=batch.get("doc_ids"),
-        )
-        return distill_loss(
-            self.draft,
-            fo,
-            targets,
-            teacher_final,
-            teacher_lm_head,
-            dens,
-            weights=self.weights,
-            chunk_tokens=self.chunk_tokens,
-            confidence_detach=self.confidence_detach,
-        )
+        with phase("draft_forward"):
+            fo = self.draft.forward_train(
+                aux,
+                batch["input_ids"],
+                anchors,
+                anchor_valid,
+                position_ids=batch.get("position_ids"),
+                doc_ids=batch.get("doc_ids"),
+            )
+        with phase("loss_forward"):
+            return distill_loss(
+                self.draft,
+                fo,
+                targets,
+                teacher_final,
+                teacher_lm_head,
+                dens,
+                weights=self.weights,
+                chunk_tokens=self.chunk_tokens,
+                confidence_detach=self.confidence_detach,
+                vocab_grad=self.vocab_grad,
+            )
 
 
 @torch.no_grad()

@@ -25,7 +25,7 @@ from torch import nn
 from common.config import DSparkConfig
 from common.model.heads import ConfidenceHead, MarkovHead
 from common.model.layers import DraftLayer, RMSNorm
-from common.model.masks import training_block_mask
+from common.model.masks import training_block_mask, training_block_mask_flex
 
 
 @dataclass
@@ -65,6 +65,9 @@ class DSparkDraftModel(nn.Module):
         # target = draft + d2t[draft]; zeros = identity (full vocab).
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
+        # Training attention: "sdpa" (dense boolean block mask) or "flex" (a BlockMask that skips
+        # the key tiles a block cannot see). Same result; not part of the checkpoint.
+        self.train_attention = "sdpa"
 
     # ------------------------------------------------------------------ set-up
     @torch.no_grad()
@@ -136,7 +139,10 @@ class DSparkDraftModel(nn.Module):
         offs = torch.arange(b, device=anchors.device)
         block_ids = self.block_input_ids(input_ids.gather(1, anchors))  # [N, A, B]
         block_pos = position_ids.gather(1, anchors).unsqueeze(-1) + offs  # [N, A, B]
-        mask = training_block_mask(anchors, t, b, doc_ids)
+        if self.train_attention == "flex":
+            mask = training_block_mask_flex(anchors, t, b, doc_ids)
+        else:
+            mask = training_block_mask(anchors, t, b, doc_ids)
         hidden = self.backbone(block_ids.view(n, a * b), block_pos.view(n, a * b), ctx_kv, mask)
         hidden = hidden.view(n, a, b, -1)[:, :, cfg.draft_slot_offset : cfg.draft_slot_offset + nd]
 

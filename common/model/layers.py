@@ -46,6 +46,22 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return out.to(x.dtype)
 
 
+_compiled_flex = None
+
+
+def flex_block_attention(q, k, v, block_mask):
+    """q [N, nh, Q, hd], k/v [N, nkv, K, hd] under a `BlockMask` (GQA without repeating K/V).
+    Compiled on CUDA (flex attention's fused kernel); eager elsewhere (its reference math)."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not q.is_cuda:
+        return flex_attention(q, k, v, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex(q, k, v, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
+
+
 class DraftAttention(nn.Module):
     def __init__(self, cfg: DSparkConfig):
         super().__init__()
@@ -79,6 +95,9 @@ class DraftAttention(nn.Module):
         k_blk, v_blk = self.kv(x, pos)
         k = torch.cat([ctx_kv[0], k_blk], dim=1).transpose(1, 2)  # [N, nkv, C+Q, hd]
         v = torch.cat([ctx_kv[1], v_blk], dim=1).transpose(1, 2)
+        if not isinstance(mask, torch.Tensor):  # a flex-attention BlockMask (masks.py)
+            out = flex_block_attention(q.transpose(1, 2), k, v, mask)
+            return self.o_proj(out.transpose(1, 2).reshape(n, q_len, self.nh * self.hd))
         rep = self.nh // self.nkv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)

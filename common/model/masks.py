@@ -38,3 +38,33 @@ def inference_block_mask(ctx_lens: torch.Tensor, ctx_capacity: int, block_size: 
     ctx = (t.view(1, -1) < ctx_lens.view(-1, 1)).unsqueeze(1).expand(r, block_size, -1)
     blk = torch.ones(r, block_size, block_size, dtype=torch.bool, device=ctx_lens.device)
     return torch.cat([ctx, blk], dim=-1)
+
+
+def training_block_mask_flex(
+    anchors: torch.Tensor,  # [N, A]
+    seq_len: int,
+    block_size: int,
+    doc_ids: torch.Tensor | None = None,  # [N, T]
+):
+    """The rule of `training_block_mask` as a flex-attention `BlockMask` (query a*B+i, key
+    `[context (T) ; blocks (A*B)]`): the kernel then skips the key tiles a block cannot see
+    (context after its anchor, other blocks) instead of reading a dense [A*B, T+A*B] mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    n, a = anchors.shape
+    t, b = seq_len, block_size
+    anchor_doc = doc_ids.gather(1, anchors) if doc_ids is not None else None
+
+    def mask_mod(bi, _h, q_idx, kv_idx):
+        blk = q_idx // b
+        p = anchors[bi, blk]
+        in_ctx = kv_idx < t
+        ctx_ok = kv_idx < p
+        if doc_ids is not None:
+            ctx_ok = ctx_ok & (doc_ids[bi, kv_idx.clamp(max=t - 1)] == anchor_doc[bi, blk])
+        same_block = (kv_idx - t) // b == blk
+        return torch.where(in_ctx, ctx_ok, same_block)
+
+    return create_block_mask(
+        mask_mod, n, None, a * b, t + a * b, device=anchors.device, _compile=anchors.is_cuda
+    )

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Qwen3-8B scale on one H200 with random/dummy weights (no download), stages in order, each under
+# its own time limit; logs, raw JSON and summary.json in $OUT (stages.txt: times and exit codes):
+#   train_qwen3_8b  scripts/bench_train.py step8b: the trainer step, Qwen3-8B target, speed variants
+#   train_smollm2   the same at the SmolLM2-135M shape
+#   vllm_a / vllm_b scripts/gpu/vllm_round_cost.py: target step vs DSpark round (32k and full
+#                   vocab, K=7) at batch 1/8/32/128, and the eager profile of a round
+#   vllm_k          the same for K = 5, 3, 1 (skip: SKIP_KSWEEP=1)
+#   adaptive        scripts/gpu/adaptive_emulation.py on the measured costs (CPU)
+# vLLM 0.26 must be in /tmp/vsite (scripts/gpu/vllm_install.sh; waited for up to 2 min).
+# Run from the repo root: `bash scripts/gpu/bench_8b.sh` (or detached, as run_all.sh is).
+set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
+stage() {  # stage NAME SECONDS CMD...: run in its own process group, killed whole at the limit
+  local name=$1 limit=$2; shift 2
+  echo "$(date +%T) start $name" >>"$OUT/stages.txt"
+  setsid "$@" >"$OUT/$name.log" 2>&1 & local pid=$!
+  ( sleep "$limit"; kill -TERM -- -"$pid" 2>/dev/null; sleep 10; kill -KILL -- -"$pid" 2>/dev/null ) &
+  local watcher=$!
+  wait "$pid"; local rc=$?
+  kill "$watcher" 2>/dev/null
+  echo "$(date +%T) end $name rc=$rc" >>"$OUT/stages.txt"
+  grep -v "it/s\]" "$OUT/$name.log" | tail -25
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/device.txt"
+stage train_qwen3_8b 230 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
+  step8b --shape qwen3_8b --keep-going
+stage train_smollm2 150 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
+  step8b --shape smollm2_135m --steps 5 --keep-going --profile-dir "$OUT/train_smollm2_profile"
+for _ in $(seq 24); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
+export PYTHONPATH="/tmp/vsite:$PYTHONPATH"
+VR=(python3 scripts/gpu/vllm_round_cost.py --out "$OUT/vllm_round" --child-timeout 200)
+# Each call skips what an earlier one finished, so a configuration cut by one limit runs next.
+stage vllm_a 240 "${VR[@]}" --budget-s 225 --configs target dspark_v32k_k7
+stage vllm_b 220 "${VR[@]}" --budget-s 200 --configs target dspark_v32k_k7 dspark_vfull_k7 profile
+[ "${SKIP_KSWEEP:-0}" = 1 ] || stage vllm_k 220 "${VR[@]}" --budget-s 200 --configs target \
+  dspark_v32k_k7 dspark_vfull_k7 profile dspark_v32k_k5 dspark_v32k_k3 dspark_v32k_k1
+stage adaptive 60 python3 scripts/gpu/adaptive_emulation.py --costs "$OUT/vllm_round/results.json" \
+  --out "$OUT/adaptive"
+python3 scripts/gpu/summarize_8b.py "$OUT"
+cat "$OUT/stages.txt"
