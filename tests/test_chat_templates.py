@@ -9,11 +9,11 @@ algorithm; the expected mask marks the tokens that overlap those substrings of t
 from pathlib import Path
 
 import pytest
-from scripts.tiny_target.tokenizer import SPLIT_PATTERN
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from train.data import BadRowError, ChatTemplateError, Renderer
+from train.tiny_target.tokenizer import SPLIT_PATTERN
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 CORPUS = [

@@ -73,7 +73,8 @@ def choose_mask_token(dcfg, tokenizer, vocab_size: int, train_ds=None) -> MaskTo
     counts = _token_counts(train_ds, vocab_size) if train_ds is not None else None
     if dcfg.mask_token_id is not None:
         mid = int(dcfg.mask_token_id)
-        token = tokenizer.convert_ids_to_tokens(mid) if 0 <= mid < len(tokenizer) else None
+        known = tokenizer is not None and 0 <= mid < len(tokenizer)  # a bench draft has none
+        token = tokenizer.convert_ids_to_tokens(mid) if known else None
         return _warn_if_seen(MaskToken(mid, token, "set by draft.mask_token_id"), counts)
     if dcfg.mask_token not in (None, AUTO):
         mid = tokenizer.convert_tokens_to_ids(dcfg.mask_token)
