@@ -24,7 +24,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -35,6 +34,7 @@ from common.config import DSparkConfig  # noqa: E402
 from common.model import DSparkDraftModel  # noqa: E402
 from scripts import bench_train_scale  # noqa: E402
 from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
+from scripts.bench_train_scale import measured_bf16_flops  # noqa: E402
 from train.anchors import sample_anchors  # noqa: E402
 from train.loss import block_targets, distill_loss  # noqa: E402
 
@@ -161,20 +161,6 @@ def step_flops_per_token(run: dict, draft: dict) -> float:
     per_token += 6 * p_draft * anchors * block / seq + 6 * dl * 2 * dkv * dhd * dh
     per_token += 6 * (4 / 3) * vd * (dh + r) * rows_per_token
     return float(per_token)
-
-
-def measured_bf16_flops(n: int = 8192, iters: int = 10) -> float:
-    """The bf16 matmul rate of this GPU on random data: the MFU denominator."""
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    torch.cuda.synchronize()
-    return 2 * n**3 * iters / (time.perf_counter() - t0)
 
 
 def print_table(rows: list[dict]) -> None:

@@ -170,6 +170,20 @@ INNER_PHASES = ("draft_forward", "loss_forward", "teacher_logits")
 
 
 # ---------------------------------------------------------------------------- building blocks
+def measured_bf16_flops(n: int = 8192, iters: int = 10) -> float:
+    """The bf16 matmul rate of this GPU on random data: the MFU denominator."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * iters / (time.perf_counter() - t0)
+
+
 def build_target(shape: str, device: torch.device, dtype: torch.dtype, seed: int = 0):
     """Random-weight HF causal LM of SHAPES[shape], built in seconds: meta device, `to_empty`,
     normal(0, 0.02) matrices, unit norm weights, the rotary tables recomputed on `device`."""
@@ -566,7 +580,6 @@ def run_child(spec: str, args) -> dict:
 
 def bench_scale(args, on_row=None) -> dict:
     """-> {"rows": [...], "matmul_tflops_per_s": float | None, ...}; rows get MFU columns."""
-    from scripts.bench_train import measured_bf16_flops
 
     dev = torch.device(args.device)
     if dev.type == "cpu" and args.shape != "tiny":

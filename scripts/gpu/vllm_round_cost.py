@@ -49,9 +49,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: timeable
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Set in main(), not at import: importing this module (the tests do) must not change the process.
+RUN_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 DRAFT = dict(num_hidden_layers=5, markov_rank=256, enable_confidence_head=True)
 MASK_TOKEN = {"qwen3_8b": 151_669, "tiny": 511}
@@ -575,6 +574,8 @@ def plot_speedup(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> int:
+    for k, v in RUN_ENV.items():  # in-process engine (timeable), no hub
+        os.environ.setdefault(k, v)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3_8b", choices=sorted(MASK_TOKEN))
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu-out") + "/vllm_round")
