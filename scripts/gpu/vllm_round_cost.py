@@ -50,7 +50,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # Set in main(), not at import: importing this module (the tests do) must not change the process.
-RUN_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+RUN_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
 
 DRAFT = dict(num_hidden_layers=5, markov_rank=256, enable_confidence_head=True)
 MASK_TOKEN = {"qwen3_8b": 151_669, "tiny": 511}
