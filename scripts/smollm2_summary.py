@@ -82,11 +82,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--engine-cpu", type=Path, default=None)
+    ap.add_argument("--note", default=None, help="what run these figures are from")
     a = ap.parse_args(argv)
     s = summary(a.results, a.engine_cpu)
+    if a.note:
+        s = {"note": a.note, **s}
     (a.results / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
     for k, v in s.items():
-        if not k.endswith("_source"):
+        if not k.endswith("_source") and k != "note":
             shown = "missing" if v is None else (f"{v:.3f}" if isinstance(v, float) else v)
             print(f"{k:<34} {shown}")
     return 0
