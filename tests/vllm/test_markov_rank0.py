@@ -60,7 +60,17 @@ def make_rank0_draft(target_dir, out_dir, **choices):
     )
     model = DSparkDraftModel(cfg)
     randomise_(model, seed=0)
-    return save_checkpoint(model, out_dir, dtype=torch.float32, verifier=str(target_dir)), model
+    # The draft module is loaded here without a target to share tables from, so the export
+    # carries its own embedding and lm_head copies (the lean default is tested in ckpts' users).
+    path = save_checkpoint(
+        model,
+        out_dir,
+        dtype=torch.float32,
+        verifier=str(target_dir),
+        include_embed=True,
+        include_lm_head=True,
+    )
+    return path, model
 
 
 def skip_onednn_for_empty_weights(mp: pytest.MonkeyPatch) -> None:
