@@ -8,6 +8,7 @@ accelerate (resumable checkpoints) -> export OUTPUT/final in vLLM's format -> pr
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def check_output_dir(cfg) -> Path:
     out = Path(cfg.output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
+        # one probe per process: ranks of a multi-GPU run share output_dir and would race on one name
+        probe = out / f".write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
