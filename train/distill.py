@@ -40,7 +40,7 @@ def check_output_dir(cfg) -> Path:
     out = Path(cfg.output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        # one probe per process: ranks of a multi-GPU run share output_dir and would race on one name
+        # one probe per process: the ranks of a multi-GPU run share output_dir (one name races)
         probe = out / f".write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
