@@ -6,11 +6,12 @@ and both values; `checkpoint_fit_problems(ckpt_dir, target_dir)` reads both fold
 embedded engine's loader. A draft that loads without error against the wrong target is the silent
 failure this guards: vLLM accepts it and acceptance collapses.
 
-Fields: hidden size, vocab, layer count and captured layer ids, mask token (inside the vocab; a
-mask chosen by name, recorded in provenance's resolved config, keeps its id), the block layout
-(config.json vs the layout trained, recorded in provenance.json) and its positions (rope_theta),
-the tokenizer (hash of its vocab, recorded at export as `target_tokenizer_hash`), and the draft's
-width when it needs the target's embedding.
+Fields: hidden size, vocab, layer count and captured layer ids, mask token (inside the vocab; the
+token the mask id was chosen as, recorded in provenance.json's "mask_token", keeps its id), the
+block layout (config.json vs the layout trained, recorded in provenance.json) and its positions
+(rope_theta), the tokenizer (hash of its vocab, recorded at export as `target_tokenizer_hash`),
+the draft's width when it needs the target's embedding, and the target's config hash (over
+common.config.TARGET_HASH_KEYS, recorded at export) when nothing else differs.
 """
 
 from __future__ import annotations
@@ -171,8 +172,22 @@ def checkpoint_fit_problems(
         tokenizer,
         recorded_tokenizer_hash=prov.get(TOKENIZER_HASH_KEY),
         trained_layout=prov.get("dspark_config") or None,
-        recorded_mask_token=((prov.get("resolved_config") or {}).get("draft") or {}).get(
-            "mask_token"
-        ),
+        recorded_mask_token=recorded_mask_token(prov),
         has_own_embedding=has_embed,
     )
+
+
+def recorded_mask_token(prov: dict[str, Any]) -> str | None:
+    """The token string the draft's mask id was chosen as, or None when there is none to check.
+    Exports record the choice as provenance["mask_token"] = {"id", "token", "how"}
+    (train/mask_token.py; "token" is None for an embedding row no text tokenizes to). The resolved
+    config's `draft.mask_token` is only the request ("auto" by default), so it is read only from
+    exports older than that record, and only when it named a token and no id overrode it."""
+    record = prov.get("mask_token")
+    if isinstance(record, dict):
+        return record.get("token") or None
+    requested = (prov.get("resolved_config") or {}).get("draft") or {}
+    name = requested.get("mask_token")
+    if requested.get("mask_token_id") is not None or name in (None, "auto"):
+        return None
+    return name

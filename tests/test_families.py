@@ -6,7 +6,7 @@ embeddings, attention and final-logit soft-capping), Mistral and Phi-3 (sliding 
 - layer capture equals HF `output_hidden_states[i+1]`, and the teacher logits (soft cap included)
   equal the target's own logits;
 - `python -m train.distill` runs two steps with no family-specific flag, exports both layouts, and
-  both pass the vLLM contract check (`serve.check`'s logic);
+  both pass the vLLM contract check and `serve.check --target` against their target;
 - the embedded engine loaded from those folders (serve/engine/loader.py, lean export: the draft's
   embedding and lm_head come from the target) generates exactly the target's own greedy `generate`,
   and its verification logits are the target's logits.
@@ -24,6 +24,7 @@ import transformers
 from common.checkpoint import WEIGHTS_NAME
 from common.contract import check_checkpoint
 from common.target import TargetCapture, softcap_logits, target_head_weights, target_logit_softcap
+from serve import check
 from serve.engine import Engine, EngineOptions, SamplingParams
 from tests.tiny_assets import WORDS, chat_rows, make_tokenizer
 from train.distill import main
@@ -162,6 +163,8 @@ def test_train_export_check_and_serve(name, tok, tmp_path):
     assert main(argv) == 0
     for layout in ("final", "final-speculators"):
         assert check_checkpoint(out / layout) == [], layout
+        # the default draft.mask_token=auto: the target-fit check reads the token actually chosen
+        assert check.main([str(out / layout), "--target", str(target_dir)]) == 0, layout
         modes = {f.name: f.stat().st_mode & 0o777 for f in (out / layout).iterdir()}
         assert set(modes.values()) == {0o644} and "README.md" in modes, modes
     written = json.loads((out / "final" / "config.json").read_text())

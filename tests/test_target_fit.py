@@ -196,3 +196,34 @@ def test_mask_id_past_the_tokenizer_is_allowed(pair):
     assert any(
         "mask_token_id: draft 96" in p for p in fit_problems(cfg, target_text_config(target))
     )
+
+
+AUTO_REQUEST = {"resolved_config": {"draft": {"mask_token": "auto", "mask_token_id": None}}}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"id": 2, "token": "<mask>", "how": "the tokenizer's mask_token"},
+        {"id": 2, "token": None, "how": "an embedding row no text tokenizes to"},
+    ],
+)
+def test_mask_chosen_by_auto_is_checked_by_what_was_chosen(pair, record):
+    """The default `draft.mask_token=auto` is a request, not a token: the check reads the recorded
+    choice (provenance["mask_token"]), skips the by-name check when the choice has no token string,
+    and still refuses when the chosen token moved in the serving tokenizer."""
+    root, target, draft = pair
+    name = f"auto_{record['token'] is not None}"
+    chosen = _draft_with(draft, root / name, {}, {**AUTO_REQUEST, "mask_token": record})
+    assert checkpoint_fit_problems(chosen, target) == []
+    moved = _moved_mask_target(_fresh(root, name + "_target"))
+    problems = checkpoint_fit_problems(chosen, moved)
+    refused = any("mask_token: draft trained with '<mask>' = id 2" in p for p in problems)
+    assert refused == (record["token"] is not None), problems
+
+
+def test_requested_auto_without_a_record_is_not_a_token_name(pair):
+    """An export without the choice record asks nothing of the tokenizer for 'auto'."""
+    root, target, draft = pair
+    old = _draft_with(draft, root / "auto_unrecorded", {}, AUTO_REQUEST)
+    assert checkpoint_fit_problems(old, target) == []
