@@ -113,6 +113,11 @@ CASES = {
         ),
         "rope_theta: draft",
     ),
+    # Widths, vocab and layers all fit; only a key the config hash covers differs (another model).
+    "config hash": (
+        lambda root, t, d: (_other_target(root, "ffn", intermediate_size=96), d),
+        "target_config_hash: draft ",
+    ),
     "tokenizer": (
         lambda root, t, d: (t, _draft_with(d, root / "tok", {}, {TOKENIZER_HASH_KEY: "0" * 16})),
         "tokenizer: draft trained with tokenizer hash 0000000000000000, target tokenizer hash",
