@@ -88,6 +88,38 @@ def test_speculators_config_keys(tmp_path):
     assert read_config(out).sample_from_anchor is False
 
 
+def test_verifier_is_written_to_load_from_anywhere(tmp_path, monkeypatch):
+    """`verifier.name_or_path`: a hub-cache snapshot (`models--ORG--NAME/snapshots/SHA`, reached
+    by any path, relative too) becomes its hub id; another local folder its absolute path; a string
+    that is no folder is kept as given (a hub id)."""
+    from common.checkpoint import verifier_name_or_path
+
+    snapshot = tmp_path / "hub" / "models--Org--Some-Model-1B" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / CONFIG_NAME).write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    linked = tmp_path / "alias"
+    linked.symlink_to(snapshot, target_is_directory=True)
+    local = tmp_path / "my-target"
+    local.mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert verifier_name_or_path(str(snapshot)) == "Org/Some-Model-1B"
+    assert verifier_name_or_path("hub/models--Org--Some-Model-1B/snapshots/" + "0" * 40) == (
+        "Org/Some-Model-1B"
+    )
+    assert verifier_name_or_path("alias") == "Org/Some-Model-1B"
+    assert verifier_name_or_path("my-target") == str(local.resolve())
+    assert verifier_name_or_path("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+    assert verifier_name_or_path(None) == ""
+    # Negative control: a folder named like a snapshot outside a models-- cache stays a path.
+    stray = tmp_path / "snapshots" / "abc"
+    stray.mkdir(parents=True)
+    assert verifier_name_or_path(str(stray)) == str(stray.resolve())
+
+    out = save_checkpoint(tiny_model(), tmp_path / "s", fmt="speculators", verifier=str(snapshot))
+    verifier = json.loads((out / CONFIG_NAME).read_text())["speculators_config"]["verifier"]
+    assert verifier == {"name_or_path": "Org/Some-Model-1B", "architectures": ["LlamaForCausalLM"]}
+
+
 def test_bf16_export_loads_close(tmp_path, batch):
     model = tiny_model(draft_vocab_size=40)
     out = save_checkpoint(model, tmp_path / "bf16", dtype=torch.bfloat16)
