@@ -25,7 +25,7 @@ from train.objective import init_draft_weights
 from train.setup import (
     REGENERATED_NAME,
     SetupError,
-    build_split,
+    build_splits,
     draft_config,
     load_target,
     mask_token_for,
@@ -85,12 +85,7 @@ def run(cfg) -> dict:
             regenerate_train_rows(cfg, target, tok, out)
         acc.wait_for_everyone()
         train_path = str(out / REGENERATED_NAME)
-    train_ds = build_split(cfg.data, train_path, tok, cfg.seed, cfg.data.max_rows)
-    eval_ds = (
-        build_split(cfg.data, cfg.data.heldout, tok, cfg.seed, cfg.data.heldout_max_rows)
-        if cfg.data.heldout
-        else None
-    )
+    train_ds, eval_ds = build_splits(cfg, train_path, tok)
     mask = mask_token_for(cfg.draft, target, tok, train_ds)  # checked against the training rows
     dcfg = draft_config(cfg.draft, target, tok, cfg.target.path, mask)
     vmap = vocab_map_for(dcfg, train_ds, out / "vocab_map.pt")

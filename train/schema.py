@@ -52,7 +52,7 @@ class RegenerateCfg:
 @dataclass
 class DataCfg:
     train: str = "${target.path}/data/train.jsonl"
-    heldout: str | None = "${target.path}/data/heldout.jsonl"
+    heldout: str | None = "auto"  # TARGET/data/heldout.jsonl, else 2% of train (data/heldout.py)
     split: str | None = None
     max_rows: int | None = None
     heldout_max_rows: int | None = 256

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from common.config import DSparkConfig
 from common.vocab import VocabMap, build_vocab_map, counts_hash
 from train.data import build_dataset, count_loss_tokens, load_rows
+from train.data.heldout import AUTO, HELDOUT_FRACTION, carve_heldout, target_heldout_path
 from train.data.jsonl import drop_bad_lines, drop_bad_lines_in_dir
 from train.data.report import BadDataShare, DataReport
 from train.mask_token import MaskTokenError, choose_mask_token
@@ -133,13 +134,56 @@ def build_split(dcfg, path: str, tokenizer, seed: int, max_rows=None):
     """Rows of `path` -> packed training rows. Bad rows are dropped and counted per reason
     (`data.on_bad_row=skip`) or stop the run (`error`); the counts are printed at the end of the
     data pass, and a dropped share above `data.max_bad_row_share` stops the run here."""
+    rows, report = _open_split(dcfg, path, max_rows)
+    return _pack(dcfg, rows, path, tokenizer, seed, report)
+
+
+def build_splits(cfg, train_path: str, tokenizer):
+    """-> (packed training rows, packed held-out rows or None). `data.heldout`: a source, null (no
+    held-out evaluation), or auto: TARGET/data/heldout.jsonl, else a fixed 2% of the training rows
+    (train/data/heldout.py)."""
+    d, seed = cfg.data, cfg.seed
+    heldout = d.heldout
+    if heldout == AUTO:
+        heldout = str(target_heldout_path(cfg.target.path))
+        if not Path(heldout).exists():
+            return _carve_heldout_split(d, train_path, tokenizer, seed, heldout)
+    train = build_split(d, train_path, tokenizer, seed, d.max_rows)
+    held = build_split(d, heldout, tokenizer, seed, d.heldout_max_rows) if heldout else None
+    return train, held
+
+
+def _carve_heldout_split(d, train_path: str, tokenizer, seed: int, looked: str):
+    rows, report = _open_split(d, train_path, d.max_rows)
+    train_rows, held_rows = carve_heldout(rows, d.heldout_max_rows)
+    share = f"{HELDOUT_FRACTION:.0%}"
+    note = f"[distill] data.heldout=auto: no {looked}"
+    if held_rows is None:
+        print(f"{note}, and {train_path} has too few rows to hold {share} out: no held-out eval")
+    else:
+        print(
+            f"{note}: holding out {len(held_rows)} rows of {train_path} instead ({share} by row "
+            "hash, never trained on; data.heldout=FILE gives another set)"
+        )
+        held_report = DataReport(f"{train_path} (held-out part)")
+        held_rows = _pack(d, held_rows, train_path, tokenizer, seed, held_report)
+    return _pack(d, train_rows, train_path, tokenizer, seed, report), held_rows
+
+
+def _open_split(dcfg, path: str, max_rows) -> tuple:
+    """-> (the rows of `path`, its DataReport so far: unparseable lines)."""
     if Path(path).is_file() and Path(path).stat().st_size == 0:
         raise SetupError(f"dataset {path!r} is empty")
     share = float(dcfg.get("max_bad_row_share", 0.05))
     if not 0.0 <= share <= 1.0:
         raise SetupError(f"data.max_bad_row_share={share} must lie in [0, 1]")
     report = DataReport(str(path))
-    rows = _load_split(dcfg, path, max_rows, report)
+    return _load_split(dcfg, path, max_rows, report), report
+
+
+def _pack(dcfg, rows, path: str, tokenizer, seed: int, report: DataReport):
+    """Loaded rows -> packed rows; prints the data pass's counts and applies the bad-row gate."""
+    share = float(dcfg.get("max_bad_row_share", 0.05))
     if len(rows) == 0:
         raise SetupError(f"dataset {path!r} has no rows")
     try:
