@@ -10,6 +10,7 @@ import torch
 from common.checkpoint import WEIGHTS_NAME, save_checkpoint
 from common.model import DSparkDraftModel
 from common.target_fit import TOKENIZER_HASH_KEY, load_target_tokenizer, tokenizer_hash
+from train.state import clear_leftovers
 
 EXPORT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -28,7 +29,8 @@ def print_export_size(ckpt: Path) -> None:
 
 def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dict, result) -> Path:
     """Each folder (with its model card) appears complete or not at all: a write that fails at any
-    point leaves the earlier export of that folder as it was."""
+    point leaves the earlier export of that folder as it was. What an export killed midway left
+    beside the folder (its hidden temp folder, a full export's worth of bytes) goes first."""
     ecfg = cfg.export
     dtype = EXPORT_DTYPES[ecfg.dtype]
     provenance = {**provenance, **_tokenizer_record(cfg.target.path)}
@@ -74,6 +76,7 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
     if ecfg.speculators:
         folders.append(("speculators", output_dir / "final-speculators"))
     for fmt, dest in folders:
+        clear_leftovers(dest.parent, (f".{dest.name}.tmp-*", f".{dest.name}.old-*"))
         save_checkpoint(
             draft,
             dest,

@@ -15,6 +15,10 @@ Design choices:
   the larger of the newest checkpoint on disk and the tensors about to be written, plus a margin.
 - Rotation renames an old checkpoint to a hidden name before deleting it, so a kill during the
   delete never leaves a half-deleted `step-*` folder that looks complete.
+- What a killed save leaves (hidden temp folders, a half-deleted `.old-step-N`, a `LAST_GOOD` temp
+  file) is removed at the start of the next save, before the free-space check: it is never resumed
+  from, it holds disk space, and a leftover `.old-step-N` made the next rotation of a checkpoint
+  with that name (an `overwrite=true` run into the same folder) fail after its save.
 Anchors are drawn from generators keyed by (seed, step, row), so no extra RNG is saved.
 """
 
@@ -34,6 +38,11 @@ from train.setup import SetupError
 STEP_RE = re.compile(r"^step-(\d+)$")
 STATE_NAME = "trainer_state.json"
 LAST_GOOD_NAME = "LAST_GOOD"
+# Hidden names a checkpoint save writes beside step-N: its temp folder, a rotated checkpoint being
+# deleted, the LAST_GOOD temp file, and `replace_dir`'s move-aside folder (filesystems without an
+# atomic exchange).
+CHECKPOINT_LEFTOVERS = (".tmp-step-*", ".old-step-*", f".{LAST_GOOD_NAME}.tmp-*", ".step-*.old-*")
+MOVED_ASIDE_RE = re.compile(r"^\.(.+)\.old-[^/]*$")
 # accelerate's RNG/sampler/scheduler pickles and the JSON state, beyond the tensors counted below.
 SAVE_OVERHEAD_BYTES = 1 << 20
 
@@ -76,6 +85,26 @@ def mark_last_good(output_dir: Path, ckpt: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def clear_leftovers(parent: Path, patterns) -> list[str]:
+    """Remove what saves killed midway left in `parent` (names matching `patterns`); returns them.
+
+    The one such thing that can hold the only copy of a folder is `replace_dir`'s move-aside
+    `.NAME.old-XXXX/NAME` when the kill fell between its two renames (NAME then missing): it is
+    put back instead."""
+    removed = []
+    for pattern in patterns:
+        for p in sorted(parent.glob(pattern)):
+            m = MOVED_ASIDE_RE.match(p.name)
+            if m and (p / m.group(1)).is_dir() and not (parent / m.group(1)).exists():
+                (p / m.group(1)).rename(parent / m.group(1))
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p.name)
+    return removed
+
+
 def _dir_bytes(d: Path) -> int:
     return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
 
@@ -112,8 +141,8 @@ def save_checkpoint_state(accelerator, output_dir: Path, step: int, state: dict,
     tmp = root / f".tmp-step-{step:06d}"
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
+        clear_leftovers(root, CHECKPOINT_LEFTOVERS)  # also this step's temp folder
         check_free_space(root, expected_save_bytes(accelerator, output_dir), f"checkpoint {final}")
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
     try:
