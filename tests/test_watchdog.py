@@ -14,6 +14,10 @@ import torch
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.checkpoint import load_checkpoint, save_checkpoint
+from common.config import DSparkConfig
+from common.contract import check_checkpoint
+from common.model import DSparkDraftModel
 from serve.api import build_app
 from serve.engine import Engine, EngineOptions, SamplingParams, SpecDecodeStats
 from serve.watchdog import (
@@ -24,7 +28,7 @@ from serve.watchdog import (
     poll,
     spec_stats_from_metrics,
 )
-from tests.test_engine_helpers import make_draft, make_target
+from tests.test_engine_helpers import MASK, make_draft, make_target
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 MAX_REQUESTS = 200
@@ -170,6 +174,85 @@ def test_mismatched_draft_fires_within_200_requests(served, caplog):
     assert fired_at is not None and fired_at <= MAX_REQUESTS
     assert gauges["dspark:acceptance_watchdog_realized[0]"] < recorded[0] / 5
     assert "acceptance watchdog ALARM" in caplog.text and "serve.check" in caplog.text
+
+
+def anchor_slot_draft(target) -> DSparkDraftModel:
+    """What anchor-first training teaches a draft on a predictable target: the slot holding the
+    anchor x_p drafts x_{p+1} = f(x_p). Built, not trained: its layers are the target's own MLPs
+    and norms with the attention silenced (so is the target's), so each slot computes the target's
+    next-token function of the token in it. Mask slots draft the constant f(MASK); no Markov
+    bias."""
+    tc = target.config
+    cfg = DSparkConfig.from_target(
+        tc,
+        mask_token_id=MASK,
+        num_hidden_layers=tc.num_hidden_layers,
+        block_size=4,
+        markov_rank=8,
+        intermediate_size=tc.intermediate_size,
+        head_dim=8,
+        sample_from_anchor=True,
+        target_layer_ids=[0, 2],
+        enable_confidence_head=False,
+    )
+    draft = DSparkDraftModel(cfg).to(torch.float64)
+    draft.init_from_target(target.get_input_embeddings().weight, target.lm_head.weight)
+    with torch.no_grad():
+        for mine, theirs in zip(draft.layers, target.model.layers, strict=True):
+            mine.self_attn.o_proj.weight.zero_()
+            mine.mlp.load_state_dict(theirs.mlp.state_dict())
+            mine.post_attention_layernorm.weight.copy_(theirs.post_attention_layernorm.weight)
+        draft.norm.weight.copy_(target.model.norm.weight)
+        draft.markov_head.markov_w2.weight.zero_()
+    return draft.eval()
+
+
+def _acceptance(target, draft, prompts) -> list[float]:
+    engine = _engine(target, draft)
+    engine.generate(prompts, [SamplingParams(max_tokens=16) for _ in prompts])
+    return engine.stats.spec.conditional_acceptance()
+
+
+@pytest.fixture(scope="module")
+def wrong_layout(tmp_path_factory):
+    """The anchor-first draft exported with its held-out acceptance, and the same export with its
+    layout keys flipped to 1+N (sample_from_anchor false, dspark_bonus_anchor true, N = B-1).
+    Served so, draft 0 is read from the first mask slot instead of the anchor slot."""
+    target = make_target(0, predictable=True)
+    draft = anchor_slot_draft(target)
+    recorded = _acceptance(target, draft, _prompts(1, 40))
+    prov = {"expected_acceptance": {"per_position": recorded, "source": "held-out evaluation"}}
+    kw = {"dtype": torch.float32, "include_embed": True, "include_lm_head": True}
+    right = save_checkpoint(draft, tmp_path_factory.mktemp("right") / "d", provenance=prov, **kw)
+    flipped = save_checkpoint(draft, tmp_path_factory.mktemp("flip") / "d", provenance=prov, **kw)
+    cfg = json.loads((flipped / "config.json").read_text())
+    assert (cfg["sample_from_anchor"], cfg["dspark_bonus_anchor"]) == (True, False)
+    cfg["sample_from_anchor"], cfg["dspark_bonus_anchor"] = False, True
+    cfg["num_speculative_tokens"] = cfg["block_size"] - 1  # consistently, as 1+N drafts B-1
+    (flipped / "config.json").write_text(json.dumps(cfg))
+    return target, right, flipped, recorded
+
+
+def test_wrong_layout_draft_fires_within_200_requests(wrong_layout, caplog):
+    target, right, flipped, recorded = wrong_layout
+    assert recorded[0] > 0.95  # the anchor slot drafts the target's own greedy token
+    # Control: the export as trained (float32 weights, loaded back) accepts as recorded.
+    as_trained = load_checkpoint(right, dtype=torch.float64)
+    assert _acceptance(target, as_trained, _prompts(2, 40))[0] > 0.95
+    # The static check refuses the flip while provenance records the trained layout; a checkpoint
+    # whose provenance lost it (re-saved by another tool) passes, and only the watchdog can tell.
+    assert any("sample_from_anchor" in m for m in check_checkpoint(flipped))
+    prov = json.loads((flipped / "provenance.json").read_text())
+    del prov["dspark_config"]
+    (flipped / "provenance.json").write_text(json.dumps(prov))
+    assert check_checkpoint(flipped) == []
+    served = load_checkpoint(flipped, dtype=torch.float64)
+    assert served.config.num_speculative_tokens == 3  # loads and serves without an error
+    with caplog.at_level(logging.WARNING, logger="serve.watchdog"):
+        fired_at, gauges = _serve_until_alarm(target, served, flipped)
+    assert fired_at is not None and fired_at <= MAX_REQUESTS
+    assert gauges["dspark:acceptance_watchdog_realized[0]"] < recorded[0] / 5
+    assert "acceptance watchdog ALARM" in caplog.text
 
 
 def test_no_recorded_acceptance_means_no_watchdog(served, tmp_path):
