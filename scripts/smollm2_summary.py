@@ -1,11 +1,11 @@
 """Headline figures of the SmolLM2 run, each read from the raw file it comes from.
 
-    python scripts/smollm2_summary.py docs/benchmarks/smollm2_h200 [--engine-cpu FILE]
+    python scripts/smollm2_summary.py RESULTS [--engine-cpu FILE] [--out FILE]
 
 Reads, under the results folder: smollm2_dspark_vs_dflash.json (scripts/eval_acceptance.py),
 smollm2_dspark.summary.json (train.distill), vllm_speedup.json (scripts/vllm_speedup_table.py),
 vllm_gate.json (scripts/gpu/vllm_vs_engine.py) and, with --engine-cpu, a scripts/bench_engine.py
---json file. Writes RESULTS/summary.json: every key beside `KEY_source`, the file it was read
+--json file. Writes --out (default RESULTS/summary.json): every key beside `KEY_source`, the file it was read
 from; a figure whose file is missing is null (and says so) rather than left out.
 """
 
@@ -83,11 +83,12 @@ def main(argv=None) -> int:
     ap.add_argument("results", type=Path)
     ap.add_argument("--engine-cpu", type=Path, default=None)
     ap.add_argument("--note", default=None, help="what run these figures are from")
+    ap.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
     a = ap.parse_args(argv)
     s = summary(a.results, a.engine_cpu)
     if a.note:
         s = {"note": a.note, **s}
-    (a.results / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    (a.out or a.results / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
     for k, v in s.items():
         if not k.endswith("_source") and k != "note":
             shown = "missing" if v is None else (f"{v:.3f}" if isinstance(v, float) else v)
