@@ -5,8 +5,8 @@
 Reads, under the results folder: smollm2_dspark_vs_dflash.json (scripts/eval_acceptance.py),
 smollm2_dspark.summary.json (train.distill), vllm_speedup.json (scripts/vllm_speedup_table.py),
 vllm_gate.json (scripts/gpu/vllm_vs_engine.py) and, with --engine-cpu, a scripts/bench_engine.py
---json file. Writes --out (default RESULTS/summary.json): every key beside `KEY_source`, the file it was read
-from; a figure whose file is missing is null (and says so) rather than left out.
+--json file. Writes --out (default RESULTS/summary.json): every key beside `KEY_source`, the
+file it was read from; a figure whose file is missing is null (and says so) rather than left out.
 """
 
 from __future__ import annotations
