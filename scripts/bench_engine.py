@@ -7,6 +7,8 @@ Uses `artifacts/tiny-target` + `outputs/tiny/final` when both exist, else a rand
 `--synthetic tuned` builds a context-free target with a draft tuned to it instead, an upper
 bound). Prints tokens/s per (mode, batch), the realized mean acceptance length, the draft step's
 time split (backbone vs Markov loop) and batched vs per-request verification cost.
+`--num-spec 1 3 7 --adaptive both` compares drafts per round and adaptive verification
+(a real draft; each variant against the same target-only row).
 """
 
 from __future__ import annotations
@@ -25,16 +27,26 @@ from serve.engine import Engine, EngineOptions, SamplingParams  # noqa: E402
 
 
 def load_real(args):
+    """The target-only engine and a builder of speculative engines, one per (N, adaptive)."""
     opts = dict(
         target=args.target,
         dtype=args.dtype,
         draft_sampling=args.draft_sampling,
         device=args.device,
+        max_num_seqs=max(args.batch),
     )
-    base = Engine.from_options(EngineOptions(**opts, max_num_seqs=max(args.batch)))
-    spec = Engine.from_options(
-        EngineOptions(**opts, checkpoint=args.checkpoint, max_num_seqs=max(args.batch))
-    )
+    base = Engine.from_options(EngineOptions(**opts))
+
+    def spec(num_spec: int | None, adaptive: bool) -> Engine:
+        return Engine.from_options(
+            EngineOptions(
+                **opts,
+                checkpoint=args.checkpoint,
+                num_speculative_tokens=num_spec,
+                adaptive_verification=adaptive,
+            )
+        )
+
     return base, spec
 
 
@@ -83,7 +95,7 @@ def load_synthetic(args):
         )
         return Engine(target, d, opts, eos_token_ids=[])
 
-    return engine(None), engine(draft)
+    return engine(None), lambda num_spec, adaptive: engine(draft)
 
 
 def prompts(engine: Engine, batch: int, args, rep: int) -> list[list[int]]:
@@ -165,13 +177,25 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=7, help="synthetic draft block size")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu", help="engine device for a real target/draft")
+    ap.add_argument(
+        "--num-spec",
+        type=int,
+        nargs="+",
+        help="speculative tokens per round to compare (default: the checkpoint's); real drafts",
+    )
+    ap.add_argument(
+        "--adaptive",
+        choices=["off", "on", "both"],
+        default="off",
+        help="adaptive verification (the confidence head picks each verify length); real drafts",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     real = Path(args.target).is_dir() and (Path(args.checkpoint) / "config.json").is_file()
     if real:
         source = f"target {args.target}, draft {args.checkpoint}"
-        base, spec = load_real(args)
+        base, make_spec = load_real(args)
     else:
         source = (
             f"NOT FOUND: {args.target} / {args.checkpoint}; using a {args.synthetic} synthetic "
@@ -183,7 +207,11 @@ def main(argv=None) -> int:
             )
             + ")"
         )
-        base, spec = load_synthetic(args)
+        base, make_spec = load_synthetic(args)
+    adaptive = {"off": [False], "on": [True], "both": [False, True]}[args.adaptive]
+    variants = [(n, a) for n in (args.num_spec or [None]) for a in adaptive] if real else []
+    engines = [make_spec(n, a) for n, a in variants or [(None, False)]]
+    spec = engines[0]
     args.real_prompts = None
     if args.prompts:
         from scripts.eval_acceptance import heldout_prompts
@@ -209,18 +237,28 @@ def main(argv=None) -> int:
     rows = []
     for b in args.batch:
         r0 = run(base, b, args)
-        r1 = run(spec, b, args)
-        rows.append(
-            {"batch": b, "target_only": r0, "dspark": r1, "speedup": r1["tok_s"] / r0["tok_s"]}
-        )
         print(f"{'target-only':<12}{b:>6}{r0['tok_s']:>10.1f}{1.0:>9.2f}{'-':>12}"
               f"{'-':>13}{'-':>11}{'-':>10}{r0['verify_ms']:>11.2f}")  # fmt: skip
-        share = 100 * r1["markov_ms"] / max(r1["backbone_ms"] + r1["markov_ms"], 1e-9)
-        print(f"{'dspark':<12}{b:>6}{r1['tok_s']:>10.1f}{r1['tok_s'] / r0['tok_s']:>9.2f}"
-              f"{r1['mal']:>12.2f}{r1['backbone_ms']:>13.2f}{r1['markov_ms']:>11.2f}"
-              f"{share:>9.1f}%{r1['verify_ms']:>11.2f}")  # fmt: skip
+        found = []
+        for eng in engines:
+            r1 = run(eng, b, args)
+            r1.update(
+                num_spec=eng.num_spec, adaptive=eng.adaptive, speedup=r1["tok_s"] / r0["tok_s"]
+            )
+            found.append(r1)
+            label = f"dspark N={eng.num_spec}" + (" ad" if eng.adaptive else "")
+            share = 100 * r1["markov_ms"] / max(r1["backbone_ms"] + r1["markov_ms"], 1e-9)
+            print(f"{label:<14}{b:>4}{r1['tok_s']:>10.1f}{r1['speedup']:>9.2f}"
+                  f"{r1['mal']:>12.2f}{r1['backbone_ms']:>13.2f}{r1['markov_ms']:>11.2f}"
+                  f"{share:>9.1f}%{r1['verify_ms']:>11.2f}")  # fmt: skip
+        # "dspark"/"speedup" = the first variant (the checkpoint's N unless --num-spec says).
+        rows.append(
+            {"batch": b, "target_only": r0, "dspark": found[0], "speedup": found[0]["speedup"],
+             "variants": found}
+        )  # fmt: skip
     print("\n# draft step time per round (all rows at once): backbone = parallel stage + base")
-    print("# logits, markov = sequential loop (bias + sampling); verify ms = per engine step.")
+    print("# logits, markov = sequential loop (bias + sampling); verify ms = per engine step;")
+    print("# 'ad' = adaptive verification (verify lengths from the confidence head).")
     for b in args.batch:
         if b > 1:
             batched, single = verify_batching(spec, b)
