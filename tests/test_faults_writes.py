@@ -428,14 +428,17 @@ def reference(target, tmp_path_factory):
     return ref, calls
 
 
-def _kill_midway_then_resume(target, ref: Path, out: Path, kill_at, monkeypatch) -> None:
+def _run_killed(target, out: Path, kill_at, monkeypatch, *extra: str) -> None:
     def killed_run():
         Faults(monkeypatch, RUN_WRITES, kill_at=kill_at)
-        main(fast(target, out, *RUN))
+        main(fast(target, out, *RUN, *extra))
 
     _killed_child(killed_run)
     ckpt = latest_checkpoint(out)
     assert ckpt is None or json.loads((ckpt / STATE_NAME).read_text())["step"] in (2, 4, 6)
+
+
+def _resume_is_exact(target, ref: Path, out: Path) -> None:
     assert main(fast(target, out, *RUN, "resume=true")) == 0
     assert _train_losses(out) == _train_losses(ref)
     for d in ("final", "final-speculators"):
@@ -446,6 +449,11 @@ def _kill_midway_then_resume(target, ref: Path, out: Path, kill_at, monkeypatch)
     # ranks of a DDP run probe the folder at once, so none may delete another's.
     assert [n for n in _leftovers(out) if not n.startswith(".write-test-")] == []
     assert _leftovers(out / "checkpoints") == []
+
+
+def _kill_midway_then_resume(target, ref: Path, out: Path, kill_at, monkeypatch) -> None:
+    _run_killed(target, out, kill_at, monkeypatch)
+    _resume_is_exact(target, ref, out)
 
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))
@@ -471,3 +479,15 @@ def test_kill_9_midway_through_every_write_of_a_run_then_resume_is_exact(
         out = tmp_path / f"killed-{i}"
         n = sum(c == label for c, _ in calls[:i])
         _kill_midway_then_resume(target, ref, out, (label, str(out), n), monkeypatch)
+
+
+def test_kill_9_while_a_resumed_run_rewrites_its_metrics_then_resume_is_exact(
+    target, reference, tmp_path, monkeypatch
+):
+    """Killed midway through step 4's save, then again while the resumed run cuts metrics.jsonl
+    back to step 2: a third run still reproduces the uninterrupted loss curve."""
+    ref, _ = reference
+    out = tmp_path / "killed"
+    _run_killed(target, out, KILL_POINTS["step4-weights-half-written"], monkeypatch)
+    _run_killed(target, out, ("write_text", "metrics.jsonl", 0), monkeypatch, "resume=true")
+    _resume_is_exact(target, ref, out)

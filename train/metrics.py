@@ -19,9 +19,15 @@ class RunLogger:
         self.wandb = None
         if not enabled:
             return
+        # Rewritten beside and swapped in: a kill -9 here must not lose the records it keeps
+        # (a killed rewrite leaves only its temp file, removed by the next run).
+        for stale in output_dir.glob(f".{self.path.name}.tmp-*"):
+            stale.unlink(missing_ok=True)
         if self.path.exists():
             keep = [ln for ln in self.path.read_text().splitlines() if _step(ln) <= resume_step]
-            self.path.write_text("".join(ln + "\n" for ln in keep))
+            tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+            tmp.write_text("".join(ln + "\n" for ln in keep))
+            os.replace(tmp, self.path)
         if lcfg.backend == "wandb":
             import wandb
 
