@@ -140,6 +140,21 @@ def write_target(name: str, tok, out: Path) -> Path:
     return out
 
 
+# A distill run small enough for a unit test: two steps of one-layer drafts on 64-token rows.
+TWO_TINY_STEPS = [
+    "data.seq_len=64",
+    "trainer.micro_batch_size=2",
+    "trainer.num_anchors=8",
+    "trainer.max_steps=2",
+    "trainer.eval_batches=1",
+    "trainer.progress=false",
+    "trainer.threads=1",
+    "draft.num_hidden_layers=1",
+    "draft.markov_rank=8",
+    "draft.block_size=4",
+]
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_train_export_check_and_serve(name, tok, tmp_path):
     target_dir = write_target(name, tok, tmp_path / "target")
@@ -149,16 +164,7 @@ def test_train_export_check_and_serve(name, tok, tmp_path):
         f"target.path={target_dir}",
         "target.build_tiny=false",
         f"output_dir={out}",
-        "data.seq_len=64",
-        "trainer.micro_batch_size=2",
-        "trainer.num_anchors=8",
-        "trainer.max_steps=2",
-        "trainer.eval_batches=1",
-        "trainer.progress=false",
-        "trainer.threads=1",
-        "draft.num_hidden_layers=1",
-        "draft.markov_rank=8",
-        "draft.block_size=4",
+        *TWO_TINY_STEPS,
     ]
     assert main(argv) == 0
     for layout in ("final", "final-speculators"):

@@ -277,7 +277,9 @@ def _files(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
 
-def test_export_write_fault_at_each_call_keeps_the_earlier_export(tmp_path, monkeypatch):
+def _export_over_an_earlier_one(tmp_path, monkeypatch, writes):
+    """An earlier export `final/`, a newer draft, and the write calls an export of it makes
+    (counted on a copy, `probe/final`): (final, its files, newer draft, probe, calls)."""
     out = save_checkpoint(tiny_model(seed=1), tmp_path / "final", before_publish=_card)
     before = _files(out)
     assert "README.md" in before and check_checkpoint(out) == []
@@ -285,9 +287,14 @@ def test_export_write_fault_at_each_call_keeps_the_earlier_export(tmp_path, monk
     probe = tmp_path / "probe" / "final"
     shutil.copytree(out, probe)
     calls = _count_writes(
-        monkeypatch,
-        EXPORT_WRITES,
-        lambda: save_checkpoint(newer, probe, before_publish=_card),
+        monkeypatch, writes, lambda: save_checkpoint(newer, probe, before_publish=_card)
+    )
+    return out, before, newer, probe, calls
+
+
+def test_export_write_fault_at_each_call_keeps_the_earlier_export(tmp_path, monkeypatch):
+    out, before, newer, probe, calls = _export_over_an_earlier_one(
+        tmp_path, monkeypatch, EXPORT_WRITES
     )
     assert len(calls) >= 6, calls
     for i in range(len(calls)):
@@ -311,15 +318,8 @@ def test_kill_9_midway_through_each_export_write_keeps_an_export(tmp_path, monke
     through deleting the replaced export): `final/` is the earlier export until the atomic swap and
     the new one after it, contract-clean either way. What the kill left beside it is removed by the
     next export (`train.export` clears it first) and is never a folder a loader would pick up."""
-    out = save_checkpoint(tiny_model(seed=1), tmp_path / "final", before_publish=_card)
-    before = _files(out)
-    newer = tiny_model(seed=2)
-    probe = tmp_path / "probe" / "final"
-    shutil.copytree(out, probe)
-    calls = _count_writes(
-        monkeypatch,
-        KILL_EXPORT_WRITES,
-        lambda: save_checkpoint(newer, probe, before_publish=_card),
+    out, before, newer, probe, calls = _export_over_an_earlier_one(
+        tmp_path, monkeypatch, KILL_EXPORT_WRITES
     )
     after = _files(probe)
     del after["README.md"]  # it names the folder's path, probe/final there
