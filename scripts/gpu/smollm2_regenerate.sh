@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 2 (~3 min): the target answers the train and held-out ShareGPT prompts itself with
-# vLLM (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
+# SmolLM2, stage 2 (~7 min on 2026-12-03): the target answers the train and held-out ShareGPT prompts
+# itself with vLLM (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
+# REGEN_SAMPLES=K writes each train prompt K times: every row has its own seed, so K answers per
+# prompt (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 BACKEND="${REGEN_BACKEND:-vllm}"; [ "$BACKEND" = vllm ] && wait_for_vllm
 D=artifacts/smollm2-data
-python3 - <<'PY'  # one input file for both splits; prompts over 1536 tokens dropped (counted),
-import json      # so that prompt + 512 new tokens fits training's seq_len of 2048
+REGEN_SAMPLES="${REGEN_SAMPLES:-1}" python3 - <<'PY'  # one input file for both splits; prompts
+import json, os  # over 1536 tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
 from transformers import AutoTokenizer
 from scripts.eval_acceptance import prompt_messages
 D = "artifacts/smollm2-data"
@@ -22,7 +24,8 @@ with open(f"{D}/prompts.jsonl", "w") as out:
                 dropped[split] = dropped.get(split, 0) + 1
                 continue
             kept[split] = kept.get(split, 0) + 1
-            out.write(json.dumps({**row, "split": split}) + "\n")
+            for _ in range(int(os.environ["REGEN_SAMPLES"]) if split == "train" else 1):
+                out.write(json.dumps({**row, "split": split}) + "\n")
 print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}")
 PY
 python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
