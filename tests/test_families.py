@@ -140,12 +140,12 @@ def write_target(name: str, tok, out: Path) -> Path:
     return out
 
 
-# A distill run small enough for a unit test: two steps of one-layer drafts on 64-token rows.
-TWO_TINY_STEPS = [
+# A distill run small enough for a unit test (add trainer.max_steps): one-layer drafts on 64-token
+# rows.
+TINY_RUN = [
     "data.seq_len=64",
     "trainer.micro_batch_size=2",
     "trainer.num_anchors=8",
-    "trainer.max_steps=2",
     "trainer.eval_batches=1",
     "trainer.progress=false",
     "trainer.threads=1",
@@ -164,7 +164,8 @@ def test_train_export_check_and_serve(name, tok, tmp_path):
         f"target.path={target_dir}",
         "target.build_tiny=false",
         f"output_dir={out}",
-        *TWO_TINY_STEPS,
+        "trainer.max_steps=2",
+        *TINY_RUN,
     ]
     assert main(argv) == 0
     for layout in ("final", "final-speculators"):
@@ -226,16 +227,8 @@ def test_lean_export_holds_only_what_the_draft_owns(tok, tmp_path, capsys):
         f"target.path={target_dir}",
         "target.build_tiny=false",
         f"output_dir={out}",
-        "data.seq_len=64",
-        "trainer.micro_batch_size=2",
-        "trainer.num_anchors=8",
         "trainer.max_steps=1",
-        "trainer.eval_batches=1",
-        "trainer.progress=false",
-        "trainer.threads=1",
-        "draft.num_hidden_layers=1",
-        "draft.markov_rank=8",
-        "draft.block_size=4",
+        *TINY_RUN,
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out

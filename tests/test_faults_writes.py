@@ -390,17 +390,7 @@ def test_resume_after_a_failed_checkpoint_write_is_exact(target, tmp_path, monke
 
 
 # Everything a training run writes through, checkpoints and exports alike.
-RUN_WRITES = [
-    (accelerate_io, "safe_save_file"),
-    (torch, "save"),
-    (ckpt_io, "save_file"),
-    (pathlib.Path, "write_text"),
-    (pathlib.Path, "chmod"),
-    (pathlib.Path, "rename"),
-    (os, "replace"),
-    (ckpt_io, "_exchange_dirs"),
-    (shutil, "rmtree"),
-]
+RUN_WRITES = list(dict.fromkeys([*TRAIN_WRITES, *EXPORT_WRITES, (shutil, "rmtree")]))
 # Saves at steps 2, 4 and 6 (the last one rotates step 2 out, keep_last=2), then final/ and
 # final-speculators/.
 RUN = ["trainer.max_steps=6", "trainer.save_every=2", "trainer.eval_every=0"]

@@ -12,7 +12,7 @@ import datasets
 import pytest
 
 from serve import check
-from tests.test_families import TWO_TINY_STEPS, build_target
+from tests.test_families import TINY_RUN, build_target
 from tests.tiny_assets import WORDS, chat_rows, make_tokenizer
 from train.data.heldout import carve_heldout, is_carved_heldout
 from train.distill import main
@@ -54,7 +54,7 @@ def bare_hf(tmp_path_factory):
     return root / "model", train
 
 
-SMALL = [*TWO_TINY_STEPS, "trainer.eval_every=2"]
+SMALL = [*TINY_RUN, "trainer.max_steps=2", "trainer.eval_every=2"]
 
 
 def test_goal_command_on_a_bare_hf_folder(bare_hf, tmp_path, capsys):
