@@ -11,6 +11,8 @@ import os
 import uuid
 from pathlib import Path
 
+from train.state import clear_leftovers
+
 
 class RunLogger:
     def __init__(self, output_dir: Path, lcfg, config: dict, enabled: bool, resume_step: int):
@@ -21,8 +23,7 @@ class RunLogger:
             return
         # Rewritten beside and swapped in: a kill -9 here must not lose the records it keeps
         # (a killed rewrite leaves only its temp file, removed by the next run).
-        for stale in output_dir.glob(f".{self.path.name}.tmp-*"):
-            stale.unlink(missing_ok=True)
+        clear_leftovers(output_dir, (f".{self.path.name}.tmp-*",))
         if self.path.exists():
             keep = [ln for ln in self.path.read_text().splitlines() if _step(ln) <= resume_step]
             tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")

@@ -174,16 +174,21 @@ def _open_split(dcfg, path: str, max_rows) -> tuple:
     """-> (the rows of `path`, its DataReport so far: unparseable lines)."""
     if Path(path).is_file() and Path(path).stat().st_size == 0:
         raise SetupError(f"dataset {path!r} is empty")
-    share = float(dcfg.get("max_bad_row_share", 0.05))
-    if not 0.0 <= share <= 1.0:
-        raise SetupError(f"data.max_bad_row_share={share} must lie in [0, 1]")
+    _bad_row_share(dcfg)  # a bad setting stops the run before the data is read
     report = DataReport(str(path))
     return _load_split(dcfg, path, max_rows, report), report
 
 
+def _bad_row_share(dcfg) -> float:
+    share = float(dcfg.get("max_bad_row_share", 0.05))
+    if not 0.0 <= share <= 1.0:
+        raise SetupError(f"data.max_bad_row_share={share} must lie in [0, 1]")
+    return share
+
+
 def _pack(dcfg, rows, path: str, tokenizer, seed: int, report: DataReport):
     """Loaded rows -> packed rows; prints the data pass's counts and applies the bad-row gate."""
-    share = float(dcfg.get("max_bad_row_share", 0.05))
+    share = _bad_row_share(dcfg)
     if len(rows) == 0:
         raise SetupError(f"dataset {path!r} has no rows")
     try:
