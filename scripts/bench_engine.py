@@ -209,8 +209,11 @@ def main(argv=None) -> int:
         )
         base, make_spec = load_synthetic(args)
     adaptive = {"off": [False], "on": [True], "both": [False, True]}[args.adaptive]
-    variants = [(n, a) for n in (args.num_spec or [None]) for a in adaptive] if real else []
-    engines = [make_spec(n, a) for n, a in variants or [(None, False)]]
+    # A synthetic draft has one variant: its own block, verified in full.
+    variants = (
+        [(n, a) for n in (args.num_spec or [None]) for a in adaptive] if real else [(None, False)]
+    )
+    engines = [make_spec(n, a) for n, a in variants]
     spec = engines[0]
     args.real_prompts = None
     if args.prompts:
