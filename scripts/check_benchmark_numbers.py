@@ -11,6 +11,9 @@ Citation syntax (in the doc, visible to readers):
   shares, sums) that the files do not print.
 - `(raw: none, WHY)` says the numbers that follow have no committed raw file, and why; they
   are listed by `--unsourced` but not checked.
+- `(paper: TEXT)` and `(issue: TEXT)` quote another source (the DSpark paper, the issue's text):
+  the numbers inside those parentheses, and only those, are references, not our measurements;
+  they are listed by `--references`, not checked, and cite nothing for the rest of the block.
 A block with numbers before any tag in its section is a problem ("no raw file cited").
 
 Which numbers: those with a decimal point, and integers written with thousands commas
@@ -34,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 TAG = re.compile(r"\(raw:\s*([^)]*)\)")
+REFERENCE = re.compile(r"\((?:paper|issue):[^)]*\)")
 CODE_SPAN = re.compile(r"`[^`]*`")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 # A number not glued to a name or another number: 1.086, 1,672, 2.25x, 9.6%, 0.29-0.39, 6.8/0.83.
@@ -134,9 +138,9 @@ def matches(q: Quote, values: list[float]) -> bool:
     return any(abs(q.value - r * s) <= tol for r in values for s in SCALES)
 
 
-def check(doc: Path, root: Path = ROOT) -> tuple[list[str], list[str]]:
-    """-> (problems, unsourced numbers); each a line `doc:LINE: ...`."""
-    problems, unsourced, cache = [], [], {}
+def check(doc: Path, root: Path = ROOT) -> tuple[list[str], list[str], list[str]]:
+    """-> (problems, unsourced numbers, quoted references); each a line `doc:LINE: ...`."""
+    problems, unsourced, references, cache = [], [], [], {}
     current: Citation | None = None
     name = doc.name
     for kind, lines in blocks(doc.read_text().splitlines()):
@@ -147,6 +151,11 @@ def check(doc: Path, root: Path = ROOT) -> tuple[list[str], list[str]]:
         text = strip_block("\n".join(ln for _, ln in lines))
         tags = [(first + text.count("\n", 0, m.start()), m.group(1)) for m in TAG.finditer(text)]
         text = TAG.sub(_blank, text)
+        for m in REFERENCE.finditer(text):
+            n = first + text.count("\n", 0, m.start())
+            for i, ln in enumerate(m.group(0).split("\n")):
+                references += [f"{name}:{q.line}: {q.text}" for q in quotes_in(ln, n + i)]
+        text = REFERENCE.sub(_blank, text)
         if tags:
             current = Citation()
             for n, body in tags:
@@ -177,22 +186,27 @@ def check(doc: Path, root: Path = ROOT) -> tuple[list[str], list[str]]:
                 continue
             if not matches(q, values):
                 problems.append(f"{name}:{q.line}: {q.text} is not in {', '.join(current.files)}")
-    return problems, unsourced
+    return problems, unsourced, references
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("doc", nargs="?", type=Path, default=DOC)
     ap.add_argument("--unsourced", action="store_true", help="also list numbers under raw: none")
+    ap.add_argument("--references", action="store_true", help="also list quoted references")
     args = ap.parse_args(argv)
-    problems, unsourced = check(args.doc)
+    problems, unsourced, references = check(args.doc)
     for p in problems:
         print(p)
     if args.unsourced:
         for u in unsourced:
             print("unsourced:", u)
+    if args.references:
+        for r in references:
+            print("reference:", r)
     print(
-        f"check_benchmark_numbers: {len(problems)} problem(s), {len(unsourced)} unsourced number(s)"
+        f"check_benchmark_numbers: {len(problems)} problem(s), {len(unsourced)} unsourced "
+        f"number(s), {len(references)} quoted reference(s)"
     )
     return 1 if problems else 0
 

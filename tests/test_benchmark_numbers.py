@@ -8,7 +8,7 @@ from scripts.check_benchmark_numbers import DOC, ROOT, check
 
 
 def test_benchmarks_doc_numbers_match_their_raw_files():
-    problems, _ = check(DOC)
+    problems, _, _ = check(DOC)
     assert problems == []
 
 
@@ -28,7 +28,7 @@ def test_real_raw_file_rejects_the_old_quote(tmp_path):
     doc = tmp_path / "doc.md"
     for quoted, ok in (("2.28", False), ("2.19", True)):
         doc.write_text(f"# S\nDSpark at concurrency 1: {quoted} (raw: {raw}).\n")
-        problems, _ = check(doc, root=ROOT)
+        problems, _, _ = check(doc, root=ROOT)
         assert (problems == []) is ok, problems
 
 
@@ -56,7 +56,7 @@ def test_rules(tmp_path):
             "Missing (raw: nope.txt).",
         ]
     )
-    problems, unsourced = write(tmp_path, doc, raw)
+    problems, unsourced, _ = write(tmp_path, doc, raw)
     assert problems == [
         "doc.md:8: 1.70 is not in a.json",
         "doc.md:11: 3.14 (and the block's other numbers): no raw file cited",
@@ -64,3 +64,39 @@ def test_rules(tmp_path):
         "doc.md:18: cited file nope.txt does not exist",
     ]
     assert unsourced == ["doc.md:13: 4.5 (not committed)"]
+
+
+def test_quoted_references_cover_only_their_own_parentheses(tmp_path):
+    """`(paper: ...)` / `(issue: ...)` exempt the numbers inside them and nothing else: a number of
+    ours beside a reference, or in a later block, still needs its raw file."""
+    raw = {"a.json": '{"tau": 2.132}'}
+    doc = "\n".join(
+        [
+            "# One",
+            "The paper's share is 0.2-1.3% of a round (paper: 0.2-1.3%, Qwen3-8B).",
+            "",
+            "The issue (issue: tau 1.845 after 2,000 steps) against ours, 2.132 (raw: a.json).",
+            "",
+            "# Two",
+            "Ours 2.50 beside a quote (paper: tau 3.10).",
+            "",
+            "A later block, 2.60, is not covered either.",
+            "",
+            "`(paper: 9.99)` in a code span is an example, so 7.25 here is uncited.",
+        ]
+    )
+    problems, unsourced, references = write(tmp_path, doc, raw)
+    assert problems == [
+        "doc.md:2: 0.2 (and the block's other numbers): no raw file cited",
+        "doc.md:7: 2.50 (and the block's other numbers): no raw file cited",
+        "doc.md:9: 2.60 (and the block's other numbers): no raw file cited",
+        "doc.md:11: 7.25 (and the block's other numbers): no raw file cited",
+    ]
+    assert unsourced == []
+    assert references == [
+        "doc.md:2: 0.2",
+        "doc.md:2: 1.3",
+        "doc.md:4: 1.845",
+        "doc.md:4: 2,000",
+        "doc.md:7: 3.10",
+    ]
