@@ -54,7 +54,9 @@ def summary(res: Path, engine_cpu: Path | None) -> dict:
     tr = load(tr_path)
     put("analytic_tau_sharegpt", tr["eval"]["analytic_tau"] if tr else None, tr_path)
     sp_path = res / "vllm_speedup.json"
-    sp = {r["concurrency"]: r for r in load(sp_path) or []}
+    sp = {
+        r["concurrency"]: r for r in load(sp_path) or [] if r.get("variant", "dspark") == "dspark"
+    }
     for c in (1, 8, 32):
         put(f"vllm_speedup_b{c}", sp[c]["decode_speedup"] if c in sp else None, sp_path)
     put("vllm_tau_t0_sharegpt_b1", sp[1]["mean_acceptance_length"] if 1 in sp else None, sp_path)

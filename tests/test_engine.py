@@ -163,6 +163,7 @@ def test_stats_since_and_conditional_acceptance():
     assert d.conditional_acceptance() == [0.5, 0.6, 4 / 6]
     assert d.report() == {
         "drafts": 20,
+        "draft_tokens": 60,
         "accepted_per_pos": [10, 6, 4],
         "reached_per_pos": [20, 10, 6],
         "mean_acceptance_length": 2.0,

@@ -25,7 +25,7 @@ def greedy(target, prompts, n=6):
     return outs
 
 
-ARGS = argparse.Namespace(tie_tol=1e-3, alpha=0.01, max_mdd=0.05, tau_rel_tol=0.05)
+ARGS = argparse.Namespace(tie_tol=1e-3, alpha=0.01, max_mdd=0.05, tau_rel_tol=0.05, adaptive=False)
 
 
 def counts(drafts, accepted):
@@ -81,6 +81,22 @@ def test_gate_rejects_acceptance_drift_and_an_underpowered_run_and_cuts_at_stops
     tiny = gate(report(same, same, [], (20, 8), (20, 8), drafts=40), set(), ARGS)
     assert tiny["per_pos_acceptance_equal_T0.0"] and not tiny["powered_at_pos0_T0.0"]
     assert cut([[4, 9, 7, 9], [4, 5]], {9}) == [[4], [4, 5]]
+
+
+def test_adaptive_gate_compares_verify_lengths_only_when_adaptive():
+    same = [[1, 2, 3]]
+    r = report(same, same, [])
+    for stack, verified in (("vllm", 2.0), ("engine", 2.5)):  # drafts verified per round
+        for t in ("0.0", "1.0"):
+            r[stack][t] = {**r[stack][t], "drafts": 4000, "draft_tokens": int(4000 * verified)}
+    plain = gate(r, set(), ARGS)
+    assert all(plain.values()) and not any("verified" in k for k in plain)
+    adaptive = gate(r, set(), argparse.Namespace(**{**vars(ARGS), "adaptive": True}))
+    assert not adaptive["verified_per_draft_within_rel_tol_T0.0"]  # 2.0 vs 2.5: 20% apart
+    r["vllm"]["1.0"]["draft_tokens"] = int(4000 * 2.45)  # 2% apart: within 5%
+    assert gate(r, set(), argparse.Namespace(**{**vars(ARGS), "adaptive": True}))[
+        "verified_per_draft_within_rel_tol_T1.0"
+    ]
 
 
 def test_two_proportion_test_matches_chi_square_and_mdd_has_the_stated_power():

@@ -8,8 +8,11 @@
 #   vllm_k          the same for K = 5, 3, 1 (skip: SKIP_KSWEEP=1)
 #   adaptive        scripts/gpu/adaptive_emulation.py on the measured costs (CPU)
 # vLLM 0.26 must be in /tmp/vsite (scripts/gpu/vllm_install.sh; waited for up to 2 min).
-# Run from the repo root: `bash scripts/gpu/bench_8b.sh` (or detached, as run_all.sh is).
+# Run from the repo root: `bash scripts/gpu/bench_8b.sh [all|train|vllm]` (or detached, as run_all.sh
+# is): `train` runs the two training stages alone (no vLLM needed), `vllm` the rest.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
+PART="${1:-all}"
+case "$PART" in all|train|vllm) ;; *) echo "usage: bench_8b.sh [all|train|vllm]" >&2; exit 2 ;; esac
 stage() {  # stage NAME SECONDS CMD...: run in its own process group, killed whole at the limit
   local name=$1 limit=$2; shift 2
   echo "$(date +%T) start $name" >>"$OUT/stages.txt"
@@ -22,10 +25,13 @@ stage() {  # stage NAME SECONDS CMD...: run in its own process group, killed who
   grep -v "it/s\]" "$OUT/$name.log" | tail -25
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/device.txt"
+if [ "$PART" != vllm ]; then
 stage train_qwen3_8b 230 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
   step8b --shape qwen3_8b --keep-going
 stage train_smollm2 150 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
   step8b --shape smollm2_135m --steps 5 --keep-going --profile-dir "$OUT/train_smollm2_profile"
+fi
+if [ "$PART" != train ]; then
 for _ in $(seq 24); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
 export PYTHONPATH="/tmp/vsite:$PYTHONPATH"
 VR=(python3 scripts/gpu/vllm_round_cost.py --out "$OUT/vllm_round" --child-timeout 200)
@@ -36,5 +42,6 @@ stage vllm_b 220 "${VR[@]}" --budget-s 200 --configs target dspark_v32k_k7 dspar
   dspark_v32k_k7 dspark_vfull_k7 profile dspark_v32k_k5 dspark_v32k_k3 dspark_v32k_k1
 stage adaptive 60 python3 scripts/gpu/adaptive_emulation.py --costs "$OUT/vllm_round/results.json" \
   --out "$OUT/adaptive"
+fi
 python3 scripts/gpu/summarize_8b.py "$OUT"
 cat "$OUT/stages.txt"

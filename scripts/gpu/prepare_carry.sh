@@ -15,6 +15,8 @@ dl datasets==5.2.0 hydra-core==1.3.8 omegaconf==2.3.1 xxhash==4.1.0 multiprocess
   dill==0.4.1 gguf==0.19.0
 # `vllm serve` (0.26) imports these at start-up; ../shared/device/vllm026/prepare.sh lacks them.
 dl model-hosting-container-standards==0.1.16 jmespath==1.1.0 supervisor==4.3.0
+# pytest for the vLLM suite under vLLM 0.34 on the device (scripts/gpu/vllm034_tests.sh).
+dl pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0 pygments==2.20.0
 # antlr4 (hydra's parser runtime) ships only an sdist: build its pure-Python wheel here.
 ls .whl/antlr4_python3_runtime-4.9.3-*.whl >/dev/null 2>&1 ||
   python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3

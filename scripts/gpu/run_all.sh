@@ -12,7 +12,7 @@ FIRST="${2:-}"  # resume a pipeline at this stage (earlier stages' outputs are s
 RES="${RES:-/tmp/dspark-res}"; WORK="${WORK:-/tmp/dspark-repo}"
 mkdir -p "$RES" "$WORK"
 # The repo is copied first: later device calls re-sync the checkout under the running stages.
-tar --exclude='./.c?' --exclude='./.gg?' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
+tar --exclude='./.c?' --exclude='./.gg?' --exclude='./.dr?' --exclude='./.v34_*' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
 cd "$WORK" && export OUT="$RES" && source scripts/gpu/env.sh
 while read -r name script args; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue

@@ -1,7 +1,23 @@
 #!/usr/bin/env bash
 # SmolLM2, stage 7 (~3 min): the vLLM-vs-engine gate (scripts/gpu/vllm_vs_engine.py, criteria in its
 # docstring) on 128 held-out prompts (ShareGPT and HumanEval interleaved), float32.
+#   bash scripts/gpu/smollm2_gate.sh [0.26|0.34]
+# 0.26 (default): vllm_gate.json, every draft verified. 0.34 (the serving pin, vllm034_install.sh):
+# vllm034_gate.json the same way, then vllm034_gate_adaptive.json with adaptive verification on in
+# both stacks (each scheduling from its own profiled step costs; CUDA graphs, which vLLM needs for it)
+# on 96 prompts x 128 tokens (about 5.8k drafts per temperature: MDD at position 0 about 0.04).
 set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data
-TARGET=artifacts/smollm2-135m-instruct DRAFT=outputs/smollm2_dspark/final \
-  bash scripts/gpu/vllm_gate.sh --num-prompts 128 --max-tokens 192 \
-  --prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl
+export TARGET=artifacts/smollm2-135m-instruct DRAFT=outputs/smollm2_dspark/final
+PROMPTS=(--prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl)
+ARGS=(--num-prompts 128 --max-tokens 192 "${PROMPTS[@]}")
+case "${1:-0.26}" in
+  0.26) bash scripts/gpu/vllm_gate.sh "${ARGS[@]}" ;;
+  0.34)
+    source scripts/gpu/env.sh; source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1
+    export VLLM_SITE=/tmp/v34site
+    GATE_NAME=vllm034_gate bash scripts/gpu/vllm_gate.sh "${ARGS[@]}"; rc=$?
+    GATE_NAME=vllm034_gate_adaptive bash scripts/gpu/vllm_gate.sh --num-prompts 96 \
+      --max-tokens 128 "${PROMPTS[@]}" --adaptive --cuda-graphs || rc=1
+    exit $rc ;;
+  *) echo "usage: smollm2_gate.sh [0.26|0.34]" >&2; exit 2 ;;
+esac

@@ -3,7 +3,16 @@
 # target-only vs the DSpark draft, T=0, `serve.bench` at concurrency 1, 8 and 32 on held-out ShareGPT
 # prompts (<= 768 tokens, chat template applied here; 256 new tokens). serve.bench times the first
 # token (prefill) apart from the rest (TPOT): decode speed-up = TPOT target-only / TPOT DSpark.
-set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh; wait_for_vllm || exit 1
+#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34]
+# 0.26 (default): vLLM 0.26 from /tmp/vsite (vllm_install.sh). 0.34: the serving pin from /tmp/v34site
+# (vllm034_install.sh), one more row: the draft with adaptive verification (confidence head).
+set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
+VLLM_SERIES="${1:-0.26}"
+case "$VLLM_SERIES" in
+  0.26) wait_for_vllm || exit 1 ;;
+  0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1 ;;
+  *) echo "usage: smollm2_serve.sh [0.26|0.34]" >&2; exit 2 ;;
+esac
 unset VLLM_ENABLE_V1_MULTIPROCESSING  # the API server runs its engine core in a process of its own
 T=artifacts/smollm2-135m-instruct; D=artifacts/smollm2-data; P=$D/bench_prompts.jsonl
 python3 - "$T" "$D/sharegpt-heldout.jsonl" "$P" <<'PY'
@@ -20,28 +29,31 @@ with open(dst, "w") as out:
             out.write(json.dumps({"prompt": text}) + "\n"); kept += 1
 print(f"{kept} bench prompts")
 PY
-serve_and_bench() {  # NAME CHECKPOINT PORT
-  python3 -m serve.launch engine=vllm target=$T checkpoint=$2 port=$3 max_model_len=2048 \
-    draft_sampling=greedy seed=0 >"$OUT/serve_$1.log" 2>&1 &
+serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
+  local name=$1 ckpt=$2 port=$3; shift 3
+  python3 -m serve.launch engine=vllm target=$T checkpoint=$ckpt port=$port max_model_len=2048 \
+    draft_sampling=greedy seed=0 "$@" >"$OUT/serve_$name.log" 2>&1 &
   local pid=$! ok=0
   for _ in $(seq 150); do
     python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" \
-      "http://127.0.0.1:$3/health" 2>/dev/null && { ok=1; break; }
+      "http://127.0.0.1:$port/health" 2>/dev/null && { ok=1; break; }
     kill -0 $pid 2>/dev/null || break; sleep 2
   done
   if [ $ok = 1 ]; then
-    python3 -m serve.bench --base-url "http://127.0.0.1:$3" --concurrency 4 --num-prompts 8 \
+    python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency 4 --num-prompts 8 \
       --max-tokens 32 --prompts $P >/dev/null  # warm-up, not recorded
     for c in 1 8 32; do
-      python3 -m serve.bench --base-url "http://127.0.0.1:$3" --concurrency $c \
+      python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency $c \
         --num-prompts $((c < 4 ? 16 : 4 * c)) --max-tokens 256 --temperature 0 --prompts $P \
-        --json "$OUT/vllm_$1_c$c.json" | tail -22
+        --json "$OUT/vllm_${name}_c$c.json" | tail -22
     done
   else
-    echo "server $1 did not come up"; tail -30 "$OUT/serve_$1.log"
+    echo "server $name did not come up"; tail -30 "$OUT/serve_$name.log"
   fi
   kill $pid 2>/dev/null; wait $pid 2>/dev/null; sleep 3
 }
 serve_and_bench target_only null 8011
 serve_and_bench dspark outputs/smollm2_dspark/final 8012
+[ "$VLLM_SERIES" = 0.34 ] &&
+  serve_and_bench dspark_adaptive outputs/smollm2_dspark/final 8013 adaptive_verification=true
 python3 scripts/vllm_speedup_table.py "$OUT" | tee "$OUT/vllm_speedup.txt"

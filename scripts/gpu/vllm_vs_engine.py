@@ -29,9 +29,17 @@ Checks (exit 1 if any fails):
   where a test without power could not fail;
 - pooled mean acceptance length of vLLM within --tau-rel-tol (5%) of the engine's, per temperature.
 
+`--adaptive` (vLLM 0.34; with --cuda-graphs, which vLLM's adaptive verification needs): both stacks
+verify a confidence-scheduled prefix of each draft (vLLM's `enable_adaptive_verification`, the
+engine's `adaptive_verification`, each pricing steps by its own profiled costs), so the check
+covers our scheduler against vLLM's real one. Every check above stays, and one more: the mean
+number of drafts verified per round (draft tokens / drafts, from both stacks' counters) of vLLM
+within --tau-rel-tol of the engine's, per temperature.
+
 vLLM 0.26 (the newest on the GPU image's torch 2.11) reads the layout from `dspark_bonus_anchor`
 and sizes `fc` from `dflash_config.target_layer_ids`; our config.json writes both. It skips the
-confidence head (no adaptive verification before 0.34), so the engine runs without it too.
+confidence head (no adaptive verification before 0.34). The speculative config comes from
+`common.spec_config` (the launcher's builder), so the gate serves what `serve.launch` would.
 `--strip-embed` serves a copy without `embed_tokens` (vLLM then shares the target's).
 """
 
@@ -140,6 +148,8 @@ def spec_counters(metrics):
     for m in metrics:
         if m.name == "vllm:spec_decode_num_drafts":
             c.num_drafts = m.value
+        elif m.name == "vllm:spec_decode_num_draft_tokens":
+            c.num_draft_tokens = m.value
         elif m.name == "vllm:spec_decode_num_accepted_tokens":
             c.num_accepted_tokens = m.value
         elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
@@ -171,8 +181,11 @@ def free(llm) -> None:
     torch.cuda.empty_cache()
 
 
-def run_vllm(target, draft, n_spec, prompts, args) -> dict:
+def run_vllm(target, draft, prompts, args) -> dict:
     from vllm import SamplingParams
+
+    from common.checkpoint import read_config
+    from common.spec_config import speculative_config
 
     inputs = [{"prompt_token_ids": p} for p in prompts]
     base = vllm_llm(target, args, None)
@@ -180,12 +193,8 @@ def run_vllm(target, draft, n_spec, prompts, args) -> dict:
     outs = base.generate(inputs, greedy)
     res = {"target_only_greedy": [list(o.outputs[0].token_ids) for o in outs]}
     free(base)
-    spec = {
-        "method": "dspark",
-        "model": draft,
-        "num_speculative_tokens": n_spec,
-        "draft_sample_method": "probabilistic",
-    }
+    spec = speculative_config(read_config(draft), draft, adaptive_verification=args.adaptive)
+    res["speculative_config"] = spec
     llm = vllm_llm(target, args, spec)
     for t in TEMPERATURES:
         before = spec_counters(llm.get_metrics())
@@ -208,7 +217,7 @@ def run_engine(target, draft, prompts, args) -> dict:
         device=args.device,
         dtype=args.engine_dtype,
         draft_sampling="probabilistic",
-        adaptive_verification=False,
+        adaptive_verification=args.adaptive,
         max_num_seqs=16,
         max_model_len=2048,
     )
@@ -281,7 +290,17 @@ def gate(report: dict, stops: set[int], args) -> dict:
         )
         tv, te = v[t]["mean_acceptance_length"], e[t]["mean_acceptance_length"]
         checks[f"tau_within_rel_tol_T{t}"] = abs(tv - te) <= args.tau_rel_tol * te
+        if args.adaptive:
+            lv, le = verified_per_draft(v[t]), verified_per_draft(e[t])
+            checks[f"verified_per_draft_within_rel_tol_T{t}"] = (
+                abs(lv - le) <= args.tau_rel_tol * le
+            )
     return checks
+
+
+def verified_per_draft(r: dict) -> float:
+    """Drafts verified per round (N without adaptive verification)."""
+    return r["draft_tokens"] / max(r["drafts"], 1)
 
 
 def main(argv=None) -> int:
@@ -301,11 +320,11 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--device", default="cuda", help="HF reference and engine device")
     ap.add_argument("--cuda-graphs", action="store_true", help="vLLM without enforce_eager")
+    ap.add_argument("--adaptive", action="store_true", help="adaptive verification in both stacks")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    from common.checkpoint import read_config
-
-    n_spec = read_config(a.draft).num_speculative_tokens
+    if a.adaptive and not a.cuda_graphs:
+        ap.error("--adaptive needs --cuda-graphs (vLLM verifies adaptively only with CUDA graphs)")
     files = parse_prompt_files(a.prompts)
     prompts = prompts_of(a.target, a.num_prompts, files, a.max_prompt_tokens)
     stops = stop_ids(a.target)
@@ -319,7 +338,8 @@ def main(argv=None) -> int:
         "max_tokens": a.max_tokens,
         "dtypes": {"vllm": a.vllm_dtype, "engine_and_hf": a.engine_dtype},
         "stripped": ["embed_tokens.weight"] if a.strip_embed else [],
-        "vllm": run_vllm(a.target, served, n_spec, prompts, a),
+        "adaptive_verification": a.adaptive,
+        "vllm": run_vllm(a.target, served, prompts, a),
         "hf_greedy": hf_greedy(a.target, prompts, a.max_tokens, a.engine_dtype, a.device),
     }
     report["engine"] = run_engine(a.target, a.draft, prompts, a)
@@ -340,6 +360,8 @@ def main(argv=None) -> int:
         )
         print("  per-position vLLM  ", " ".join(f"{x:.3f}" for x in v["per_position_rate"]))
         print("  per-position engine", " ".join(f"{x:.3f}" for x in e["per_position_rate"]))
+        lv, le = verified_per_draft(v), verified_per_draft(e)
+        print(f"  verified per draft vLLM {lv:.3f} engine {le:.3f}")
     report["checks"] = gate(report, stops, a)
     for t, rows in report["acceptance_tests"].items():
         for r in rows:

@@ -75,10 +75,12 @@ class SpecDecodeStats:
         )
 
     def report(self) -> dict:
-        """Drafts, mean acceptance length, per-position (plain and conditional) rates and the
-        pooled counts behind them (accepted at k, reached k)."""
+        """Drafts, draft tokens offered for verification (fewer than drafts x N under adaptive
+        verification), mean acceptance length, per-position (plain and conditional) rates and
+        the pooled counts behind them (accepted at k, reached k)."""
         return {
             "drafts": self.num_drafts,
+            "draft_tokens": self.num_draft_tokens,
             "accepted_per_pos": list(self.num_accepted_tokens_per_pos),
             "reached_per_pos": self.reached_per_pos(),
             "mean_acceptance_length": self.mean_acceptance_length,
