@@ -11,8 +11,9 @@ PIPELINE="${1:?usage: run_all.sh PIPELINE [FIRST_STAGE] (a scripts/gpu/PIPELINE.
 FIRST="${2:-}"  # resume a pipeline at this stage (earlier stages' outputs are still on the machine)
 RES="${RES:-/tmp/dspark-res}"; WORK="${WORK:-/tmp/dspark-repo}"
 mkdir -p "$RES" "$WORK"
-# The repo is copied first: later device calls re-sync the checkout under the running stages.
-tar --exclude='./.c?' --exclude='./.gg?' --exclude='./.dr?' --exclude='./.v34_*' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
+# The repo is copied first: later device calls re-sync the checkout under the running stages. Started
+# from $WORK itself (a committed snapshot unpacked there, see prepare_head_carry.sh), nothing is copied.
+[ "$PWD" -ef "$WORK" ] || tar --exclude='./.c?' --exclude='./.gg?' --exclude='./.dr?' --exclude='./.v34_*' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
 cd "$WORK" && export OUT="$RES" && source scripts/gpu/env.sh
 while read -r name script args; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
