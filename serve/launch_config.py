@@ -54,6 +54,7 @@ class ServeCfg:
     extra_vllm_args: list[str] = field(default_factory=list)
     device: str = "auto"
     sps_table: str | None = None
+    use_fp64_gumbel: bool = False
     dry_run: bool = False
 
     def __post_init__(self):

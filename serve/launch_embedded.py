@@ -22,6 +22,7 @@ SHARED_KEYS = (
     "dtype",
     "draft_sampling",
     "sps_table",
+    "use_fp64_gumbel",
     "max_num_seqs",
     "max_model_len",
     "seed",
@@ -39,6 +40,7 @@ def embedded_options(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) -
         device=cfg.device if cfg.device != "auto" else ("cuda" if num_gpus > 0 else "cpu"),
         num_speculative_tokens=n,
         adaptive_verification=adaptive,
+        tp=cfg.tensor_parallel_size,  # vLLM's -tp N: the sampling shared by N ranks
     )
     keep = {"target", "checkpoint"}
     return {k: v for k, v in kwargs.items() if v is not None or k in keep}
@@ -71,12 +73,12 @@ def launch_embedded(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) ->
         return 0
     try:
         from serve.api.server import run_server
-        from serve.engine.options import EngineOptions
+        from serve.engine.options import EngineOptions, OptionsError
     except ImportError as e:
         raise LaunchRefused(f"the embedded engine is not available here: {e}") from None
     try:
         opts = EngineOptions(**kwargs)
-    except ValueError as e:
+        run_server(opts, cfg.host, cfg.port, served_model_name=cfg.served_model_name)
+    except OptionsError as e:  # the options, or a tp > 1 without its torch.distributed world
         raise LaunchRefused(f"embedded engine options: {e}") from None
-    run_server(opts, cfg.host, cfg.port, served_model_name=cfg.served_model_name)
     return 0

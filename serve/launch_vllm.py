@@ -16,9 +16,10 @@ from common.spec_config import (
     vllm_supported,
 )
 from serve import launch_probes as probes
-from serve.launch_config import LaunchRefused, ServeCfg
+from serve.launch_config import LaunchRefused, ServeCfg, changed_keys
 from serve.launch_report import baseline_notes, say, vllm_feature_lines
 from serve.vllm_args import (
+    EMBEDDED_ONLY_KEYS,
     build_vllm_command,
     check_draft_tp,
     check_extra_args,
@@ -87,6 +88,9 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
             "DSpark sequential sampling: vLLM decides at load whether to batch-shard it; if "
             f"not, it logs '{SEQUENTIAL_SAMPLING_LOG}: <reason>'"
         )
+    ignored = ", ".join(changed_keys(cfg, EMBEDDED_ONLY_KEYS))
+    if ignored:
+        notes.append(f"warning: the vLLM launch ignores embedded-engine settings: {ignored}")
     cmd = build_vllm_command(cfg, spec, batch_sharded=sharded)
     for note in notes:
         say(note)

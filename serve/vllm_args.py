@@ -49,7 +49,6 @@ SPEC_KEYS = (
 )
 # ServeCfg keys only vLLM reads (the embedded engine says it ignores them).
 VLLM_ONLY_KEYS = (
-    "tensor_parallel_size",
     "draft_tensor_parallel_size",
     "batch_sharded_sampling",
     "max_logprobs",
@@ -57,6 +56,8 @@ VLLM_ONLY_KEYS = (
     "attention_backend",
     "extra_vllm_args",
 )
+# ServeCfg keys only the embedded engine reads (a vLLM launch says it ignores them).
+EMBEDDED_ONLY_KEYS = ("device", "sps_table", "use_fp64_gumbel")
 # Flags this launcher sets from its own keys; passing them in extra_vllm_args is refused.
 MANAGED_FLAGS = {
     **{flag: key for key, flag in VALUE_FLAGS.items()},

@@ -103,6 +103,7 @@ def test_cli_surface_is_frozen():
         "extra_vllm_args",
         "device",
         "sps_table",
+        "use_fp64_gumbel",
         "dry_run",
     ]
 
@@ -429,6 +430,8 @@ def test_embedded_branch_builds_engine_options(assets, machine, monkeypatch, cap
         "port=9001",
         "served_model_name=tiny",
         "tensor_parallel_size=2",
+        "use_fp64_gumbel=true",
+        "enforce_eager=true",
         ckpt="onen",
     )
     assert rc == 0
@@ -441,10 +444,31 @@ def test_embedded_branch_builds_engine_options(assets, machine, monkeypatch, cap
         draft_sampling="greedy",
         adaptive_verification=False,
         max_num_seqs=4,
+        tp=2,
+        use_fp64_gumbel=True,
     )
     assert (calls["host"], calls["port"], calls["name"]) == ("127.0.0.1", 9001, "tiny")
     out = capsys.readouterr().out
-    assert "no confidence head" in out and "ignores vLLM-only settings: tensor_parallel_size" in out
+    assert "no confidence head" in out and "ignores vLLM-only settings: enforce_eager" in out
+
+
+def test_embedded_tp_without_a_world_exits_2(assets, machine, monkeypatch, capsys):
+    """tensor_parallel_size=2 on the embedded engine needs torchrun's ranks: refused before any
+    model is loaded (the real run_server)."""
+    from serve.engine.lockstep import TORCHRUN_ENV
+
+    for key in TORCHRUN_ENV:
+        monkeypatch.delenv(key, raising=False)
+    assert run(assets, "engine=embedded", "tensor_parallel_size=2") == 2
+    assert "torchrun --nproc-per-node 2" in capsys.readouterr().err
+
+
+def test_vllm_branch_says_it_ignores_fp64_gumbel(assets, machine, capsys):
+    machine.update(vllm="0.34.0", gpus=1)
+    assert run(assets, "engine=vllm", "dry_run=true", "use_fp64_gumbel=true") == 0
+    out = capsys.readouterr().out
+    assert "ignores embedded-engine settings: use_fp64_gumbel" in out
+    assert "fp64" not in out.split("command: ")[1]
 
 
 def test_baseline_without_checkpoint(assets, machine, capsys):

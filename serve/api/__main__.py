@@ -1,5 +1,9 @@
 """`python -m serve.api --target DIR [--checkpoint DIR] --port N`: a thin entry for tests and
-local runs (production launches go through `serve.launch`). Exit code 2 for bad options."""
+local runs (production launches go through `serve.launch`). Exit code 2 for bad options.
+
+`--tp N` (batch-sharded sampling over N ranks, outputs identical to one process) runs under
+`torchrun --nproc-per-node N -m serve.api ... --tp N`: rank 0 serves HTTP, the others follow it.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--adaptive-verification", action="store_true")
     ap.add_argument("--sps-table", default=None)
+    ap.add_argument(
+        "--use-fp64-gumbel", action="store_true", help="float64 Gumbel noise (vLLM's flag)"
+    )
+    ap.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="ranks sharing the sampling; > 1 needs torchrun --nproc-per-node N (or a world of N)",
+    )
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
@@ -45,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             draft_sampling=a.draft_sampling,
             adaptive_verification=a.adaptive_verification,
             sps_table=a.sps_table,
+            use_fp64_gumbel=a.use_fp64_gumbel,
+            tp=a.tp,
             max_num_seqs=a.max_num_seqs,
             max_model_len=a.max_model_len,
             seed=a.seed,

@@ -5,6 +5,10 @@ abort) to a thread-safe inbox and read their request's outputs from an asyncio q
 `loop.call_soon_threadsafe`. Between two steps the thread drains the inbox, so requests that
 arrive while a round runs are admitted at the next step (continuous batching). When nothing is
 running it sleeps on the inbox instead of spinning.
+
+With tp > 1 the engine is a `Lockstep` (serve/engine/lockstep.py): the same calls, each step
+broadcast to the follower ranks; the thread also keeps idle followers alive and, on stopping,
+releases them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from serve.engine import Engine, RequestOutput, SamplingParams
+from serve.engine.lockstep import Lockstep
 
 logger = logging.getLogger("serve.api")
 
@@ -33,8 +38,9 @@ class EngineDeadError(RuntimeError):
 
 
 class AsyncEngine:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine | Lockstep):
         self.engine = engine
+        self.lockstep = engine if isinstance(engine, Lockstep) else None
         self._inbox: queue.Queue = queue.Queue()
         self._streams: dict[str, _Stream] = {}
         self._ids = itertools.count()
@@ -101,6 +107,13 @@ class AsyncEngine:
             self.engine.abort_request(cmd[1])
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            if self.lockstep is not None:
+                self.lockstep.close()
+
+    def _serve(self) -> None:
         eng = self.engine
         while not self._stop.is_set():
             try:
@@ -113,6 +126,8 @@ class AsyncEngine:
             except queue.Empty:
                 pass
             if not eng.has_unfinished():
+                if self.lockstep is not None:
+                    self.lockstep.keepalive()
                 continue
             try:
                 outputs = eng.step()

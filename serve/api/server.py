@@ -23,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import torch.distributed as dist
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
@@ -31,6 +32,7 @@ from serve.api.async_engine import AsyncEngine
 from serve.api.metrics import make_registry, render
 from serve.api.protocol import APIError, ChatCompletionRequest, CompletionRequest, parse
 from serve.engine import Engine, EngineOptions, SamplingParams
+from serve.engine.lockstep import Lockstep, follow, join_tp_world
 from serve.watchdog import AcceptanceWatchdog, WatchdogRule, expected_acceptance
 
 logger = logging.getLogger("serve.api")
@@ -82,7 +84,7 @@ class Server:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | Lockstep,
         served_model_name: str,
         watchdog_rule: WatchdogRule | None = None,
         max_queued: int = DEFAULT_MAX_QUEUED,
@@ -292,7 +294,7 @@ class Server:
 
 
 def build_app(
-    engine: Engine,
+    engine: Engine | Lockstep,
     served_model_name: str,
     watchdog_rule: WatchdogRule | None = None,
     max_queued: int = DEFAULT_MAX_QUEUED,
@@ -359,15 +361,29 @@ def run_server(
     served_model_name: str | None = None,
     max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> None:
-    """Load the engine from `opts` and serve until interrupted (blocking)."""
+    """Load the engine from `opts` and serve until interrupted (blocking). With `opts.tp > 1`
+    every rank calls this (e.g. under torchrun): rank 0 serves, the others follow it
+    (serve/engine/lockstep.py); `OptionsError` when no world of tp ranks is there or can be made."""
     import uvicorn
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    engine = Engine.from_options(opts)
-    name = served_model_name or opts.target
-    mode = f"DSpark N={engine.num_spec}" if engine.num_spec else "target-only"
-    logger.info("serving %s (%s) on http://%s:%d", name, mode, host, port)
-    app = build_app(engine, name, max_queued=max_queued)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    owns_world = join_tp_world(opts.tp, opts.device)
+    try:
+        engine = Engine.from_options(opts)
+        if opts.tp > 1 and dist.get_rank() > 0:
+            steps = follow(engine)
+            logger.info("rank %d: rank 0 closed after %d steps", dist.get_rank(), steps)
+            return
+        name = served_model_name or opts.target
+        mode = f"DSpark N={engine.num_spec}" if engine.num_spec else "target-only"
+        if opts.tp > 1:
+            mode += f", tp={opts.tp}"
+        logger.info("serving %s (%s) on http://%s:%d", name, mode, host, port)
+        driven = Lockstep(engine) if opts.tp > 1 else engine
+        app = build_app(driven, name, max_queued=max_queued)
+        uvicorn.run(app, host=host, port=port, log_level="info")
+    finally:
+        if owns_world:
+            dist.destroy_process_group()
