@@ -76,6 +76,26 @@ v34_install() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$V34_SITE" \
     "$V34_DIR"/wheels/*.whl
   echo "[v34] installed $(find "$V34_DIR/wheels" -name '*.whl' | wc -l) wheels into $V34_SITE"
+  v34_patch_warmup
+}
+
+# vLLM 0.34's kernel_warmup imports the MiniMax-M3 MSA warmup on every CUDA start-up, and its modules
+# import CuTe DSL (`cutlass`, nvidia-cutlass-dsl, 188 MB, not carried): every engine died with
+# "No module named 'cutlass'" (first run, 2026-12-03). Skip that MiniMax-only warmup when cutlass is
+# absent; nothing else changes.
+v34_patch_warmup() {
+  python3 - "$V34_SITE/vllm/model_executor/warmup/kernel_warmup.py" <<'PY'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+old = "    if current_platform.is_cuda():\n        # The MSA kernels"
+new = ("    if current_platform.is_cuda() and __import__('importlib.util').util.find_spec('cutlass')"
+       " is not None:\n        # The MSA kernels")
+if new not in src:
+    assert old in src, "vLLM's kernel_warmup changed: re-read it before patching"
+    open(path, "w").write(src.replace(old, new))
+print("[v34] kernel_warmup: MiniMax-M3 MSA warmup skipped without cutlass")
+PY
 }
 
 # Proof: the versions, CUDA, a bf16 matmul on the GPU checked against fp32, a Triton kernel (Triton 3.8
