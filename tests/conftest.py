@@ -1,16 +1,20 @@
-"""Fixtures shared by every suite (this conftest is also loaded for tests/vllm).
+"""Fixtures shared by every suite (this conftest is also loaded for tests/vllm and
+tests/interop).
 
-The tiny drafts live in `tests/tiny.py` (`tiny_config`, `tiny_model`; also importable from
-here, as `from tests.conftest import tiny_config`), exposed as the fixtures `make_config` /
-`make_model`.
+The tiny models live in `tests/tiny.py`, the one source for every suite: the drafts
+(`tiny_config`, `tiny_model`; also importable from here, as `from tests.conftest import
+tiny_config`) as the fixtures `make_config` / `make_model`, and the checkpoint suites' random
+target folder as `random_target`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from tests.tiny import TINY, tiny_config, tiny_model
+from tests.tiny import TINY, tiny_config, tiny_model, write_random_target
 
 __all__ = ["TINY", "tiny_config", "tiny_model"]
 
@@ -23,6 +27,13 @@ def make_config():
 @pytest.fixture
 def make_model():
     return tiny_model
+
+
+@pytest.fixture(scope="session")
+def random_target(tmp_path_factory) -> Path:
+    """A random tiny Qwen3 target folder (6 layers, so the default layer ids are [1, 2, 3];
+    H=64, V=320) with its word-level tokenizer."""
+    return write_random_target(tmp_path_factory.mktemp("random_target") / "target")
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from common.checkpoint import save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
 from common.vocab import build_vocab_map
-from tests.tiny import tiny_target_config
+from tests.tiny import tiny_target_config, word_tokenizer
 
 V = 96
 SPECIAL = ["<pad>", "<eos>", "<mask>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -31,13 +30,9 @@ CHAT_TEMPLATE = (
 
 def make_tokenizer() -> PreTrainedTokenizerFast:
     words = SPECIAL + [f"w{i}" for i in range(V - len(SPECIAL))]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
+    return word_tokenizer(
+        words, CHAT_TEMPLATE, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
     )
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
 
 
 def target_config(layers: int = 4):

@@ -1,5 +1,6 @@
-"""Tiny, fast, offline assets for training/serving tests: a random Qwen3 target with a ChatML
-tokenizer (assistant-mask capable) and a small chat dataset. Built in seconds, no downloads."""
+"""Tiny, fast, offline assets for training tests: a random Qwen3 target (tests/tiny.py) with a
+BPE ChatML tokenizer (assistant-mask capable) and a small chat dataset. Built in seconds, no
+downloads."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import random
 from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
+from transformers import PreTrainedTokenizerFast
 
-from tests.tiny import tiny_target_config
+from tests.tiny import save_random_target, tiny_target_config
 
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
@@ -51,16 +52,12 @@ def chat_rows(n: int, seed: int) -> list[dict]:
 
 def build_tiny_random_target(out: Path, layers: int = 4, hidden: int = 32, seed: int = 0) -> Path:
     """A random Qwen3 target + tokenizer + data/{train,heldout}.jsonl at `out`."""
-    import torch
-
-    torch.manual_seed(seed)
     rows = chat_rows(120, seed) + chat_rows(20, seed + 1)
     tok = make_tokenizer([" ".join(WORDS)] * 50)
     cfg = tiny_target_config(
         len(tok), hidden, layers, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     )
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
+    save_random_target(out, cfg, tok, seed)
     (out / "data").mkdir(parents=True, exist_ok=True)
     for name, part in (("train", rows[:120]), ("heldout", rows[120:])):
         (out / "data" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))

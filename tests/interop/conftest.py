@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
-
-import pytest
 
 HAVE_SPECULATORS = importlib.util.find_spec("speculators") is not None
 HAVE_SPECFORGE = importlib.util.find_spec("specforge") is not None
@@ -33,11 +30,3 @@ def pytest_report_header(config):
         except metadata.PackageNotFoundError:
             out.append(f"{dist} absent")
     return "interop under test: " + ", ".join(out)
-
-
-@pytest.fixture(scope="session")
-def random_target(tmp_path_factory) -> Path:
-    """A random tiny Qwen3 target folder (6 layers, H=64, V=320) with its tokenizer."""
-    from tests.vllm.ckpts import write_random_target
-
-    return write_random_target(tmp_path_factory.mktemp("interop") / "target")

@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from common.checkpoint import CONFIG_NAME, WEIGHTS_NAME, layout_key, load_checkpoint, read_config
 from common.config import target_config_hash
 from common.contract import check_checkpoint
-from tests.vllm.ckpts import MASK_ID, make_draft
+from tests.tiny import MASK_ID, write_draft
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -145,7 +145,7 @@ CASES = {
 
 @pytest.mark.parametrize("choices", CASES.values(), ids=CASES.keys())
 def test_our_export_loads_losslessly_in_speculators(choices, random_target, tmp_path, monkeypatch):
-    path, _ = make_draft(
+    path, _ = write_draft(
         random_target,
         tmp_path / "final-speculators",
         fmt="speculators",
@@ -173,7 +173,7 @@ def test_our_export_loads_losslessly_in_speculators(choices, random_target, tmp_
 def test_a_dropped_tensor_is_reported_not_hidden(random_target, tmp_path):
     """Negative control for the loading-info check above: speculators re-initialises a tensor it
     does not find, and only `missing_keys` tells."""
-    path, _ = make_draft(
+    path, _ = write_draft(
         random_target,
         tmp_path / "s",
         fmt="speculators",
@@ -190,7 +190,7 @@ def test_a_dropped_tensor_is_reported_not_hidden(random_target, tmp_path):
 
 def test_config_verifier_and_file_modes(random_target, tmp_path, monkeypatch):
     monkeypatch.chdir(random_target.parent)
-    path, _ = make_draft(
+    path, _ = write_draft(
         Path(random_target.name), tmp_path / "s", fmt="speculators", draft_vocab_size=None
     )
     raw = json.loads((path / CONFIG_NAME).read_text())

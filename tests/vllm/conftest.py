@@ -66,11 +66,3 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="session")
 def vllm_workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("vllm")
-
-
-@pytest.fixture(scope="session")
-def random_target(vllm_workdir) -> Path:
-    """Random tiny Qwen3 (6 layers, so the default layer ids are [1, 2, 3]) + tokenizer."""
-    from tests.vllm.ckpts import write_random_target
-
-    return write_random_target(vllm_workdir / "random_target")

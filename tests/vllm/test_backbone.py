@@ -26,8 +26,8 @@ import torch
 
 from common.model import inference_block_mask
 from common.model.layers import rope
+from tests.tiny import MASK_ID, write_draft
 from tests.vllm import harness as H
-from tests.vllm.ckpts import MASK_ID, make_draft
 
 pytestmark = pytest.mark.vllm
 
@@ -42,7 +42,7 @@ def pair(random_target, vllm_workdir):
     def get(sample_from_anchor: bool):
         if sample_from_anchor not in cache:
             name = "anchor" if sample_from_anchor else "bonus"
-            path, ours = make_draft(
+            path, ours = write_draft(
                 random_target, vllm_workdir / f"bb_{name}", sample_from_anchor=sample_from_anchor
             )
             n = ours.config.num_speculative_tokens

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.tiny import checkpoint_json, write_draft
 from tests.vllm import harness as H
-from tests.vllm.ckpts import checkpoint_json, make_draft
 
 pytestmark = pytest.mark.vllm
 
@@ -34,7 +34,7 @@ def drafts(random_target, vllm_workdir):
     out = {}
     for fmt in FORMATS:
         for layout, sfa in LAYOUTS.items():
-            path, model = make_draft(
+            path, model = write_draft(
                 random_target, vllm_workdir / f"cfg_{fmt}_{layout}", sample_from_anchor=sfa, fmt=fmt
             )
             out[fmt, layout] = (path, model.config)

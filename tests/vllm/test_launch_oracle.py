@@ -25,8 +25,8 @@ from common.spec_config import VLLM_FEATURES, has_feature
 from serve import launch, launch_probes
 from serve.launch_config import LaunchRefused
 from serve.vllm_args import VLLM_DEFAULT_MAX_LOGPROBS, decide_batch_sharded_sampling
+from tests.tiny import write_draft
 from tests.vllm import harness as H
-from tests.vllm.ckpts import make_draft
 
 pytestmark = pytest.mark.vllm
 
@@ -112,7 +112,7 @@ def test_default_max_logprobs_is_vllms():
 
 @pytest.fixture(scope="module")
 def launch_draft(random_target, vllm_workdir):
-    path, model = make_draft(random_target, vllm_workdir / "launch_oracle")
+    path, model = write_draft(random_target, vllm_workdir / "launch_oracle")
     return path, model.config
 
 

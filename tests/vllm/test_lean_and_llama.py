@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.tiny import checkpoint_tensors, write_draft, write_random_target
 from tests.vllm import harness as H
-from tests.vllm.ckpts import checkpoint_tensors, make_draft, write_random_target
 
 pytestmark = pytest.mark.vllm
 
@@ -34,7 +34,7 @@ def spec(path, ours) -> dict:
 
 
 def lean_draft(target, out, vocab):
-    return make_draft(
+    return write_draft(
         target,
         out,
         draft_vocab_size=vocab,
@@ -84,7 +84,7 @@ def test_lean_export_is_completed_from_the_target(
 def test_llama_target_config_and_poison(llama_target, vllm_workdir):
     """vLLM reads our draft config against a Llama target (layer ids, hidden sizes, layout), and
     a self-contained file fills every vLLM draft parameter."""
-    path, ours = make_draft(llama_target, vllm_workdir / "llama_full", draft_vocab_size=200)
+    path, ours = write_draft(llama_target, vllm_workdir / "llama_full", draft_vocab_size=200)
     vc = H.engine_config(llama_target, spec(path, ours))
     assert vc.model_config.hf_config.model_type == "llama"
     d, cfg = H.derived(vc), ours.config

@@ -27,11 +27,9 @@ import types
 import pytest
 import torch
 
-from common.checkpoint import save_checkpoint
-from common.config import DSparkConfig
-from common.model import DSparkDraftModel, inference_block_mask
+from common.model import inference_block_mask
+from tests.tiny import checkpoint_tensors, write_draft
 from tests.vllm import harness as H
-from tests.vllm.ckpts import MASK_ID, checkpoint_tensors, randomise_
 from tests.vllm.test_backbone import grouped_knorm_ok, per_layer_knorm
 
 pytestmark = pytest.mark.vllm
@@ -45,32 +43,10 @@ EMPTY_MARKOV = {"model.markov_head.markov_w1.weight", "model.markov_head.markov_
 
 
 def make_rank0_draft(target_dir, out_dir, **choices):
-    """`tests.vllm.ckpts.make_draft`'s recipe (full vocab) with markov_rank=0, which that helper
-    pins to 16."""
-    from transformers import AutoConfig
-
-    cfg = DSparkConfig.from_target(
-        AutoConfig.from_pretrained(target_dir),
-        mask_token_id=MASK_ID,
-        num_hidden_layers=2,
-        block_size=4,
-        markov_rank=0,
-        target_name_or_path=str(target_dir),
-        **choices,
-    )
-    model = DSparkDraftModel(cfg)
-    randomise_(model, seed=0)
-    # The draft module is loaded here without a target to share tables from, so the export
-    # carries its own embedding and lm_head copies (the lean default is tested in ckpts' users).
-    path = save_checkpoint(
-        model,
-        out_dir,
-        dtype=torch.float32,
-        verifier=str(target_dir),
-        include_embed=True,
-        include_lm_head=True,
-    )
-    return path, model
+    """The shared draft recipe (`tests.tiny.write_draft`), full vocab, with markov_rank=0. The
+    draft module is loaded here without a target to share tables from, so the export carries its
+    own embedding and lm_head copies (write_draft's default)."""
+    return write_draft(target_dir, out_dir, draft_vocab_size=None, markov_rank=0, **choices)
 
 
 def skip_onednn_for_empty_weights(mp: pytest.MonkeyPatch) -> None:

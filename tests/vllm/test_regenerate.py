@@ -4,7 +4,7 @@ gives the same greedy answers as the HF backend.
 vLLM runs in its own process (`scripts/vllm_probe/regen_vllm.py`): `vllm.LLM` starts an engine
 core with its own distributed state, which must not meet the vLLM modules other tests build in
 this process. Greedy equality is only meaningful when top-1 margins are wide, so the main target is
-trained: the word-level target of `tests.vllm.ckpts.write_trained_target` (trained here in seconds,
+trained: the word-level target of `tests.tiny.write_trained_target` (trained here in seconds,
 top-1 margins of several logits). The project's tiny target (`scripts/make_tiny_target.py`) is
 used too when already built (never built here: minutes); it is weakly trained, with near-ties.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.ckpts import chat_rows, write_trained_target
+from tests.tiny import word_chat_rows, write_trained_target
 
 pytestmark = pytest.mark.vllm
 
@@ -112,7 +112,8 @@ def word_level_run(vllm_workdir):
     target = vllm_workdir / "trained_target"
     if not (target / "config.json").exists():
         write_trained_target(target)
-    return regenerate_both(target, chat_rows(NUM_ROWS, seed=1), 12, vllm_workdir / "regen_word")
+    rows = word_chat_rows(NUM_ROWS, seed=1)
+    return regenerate_both(target, rows, 12, vllm_workdir / "regen_word")
 
 
 def test_vllm_greedy_regeneration_matches_hf(word_level_run):

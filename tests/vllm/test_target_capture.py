@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from common.target import TargetCapture
+from tests.tiny import write_draft
 from tests.vllm import harness as H
-from tests.vllm.ckpts import make_draft
 
 pytestmark = pytest.mark.vllm
 
@@ -26,7 +26,7 @@ ATOL = RTOL = 1e-4
 def test_vllm_aux_hidden_states_are_ours(random_target, vllm_workdir):
     from transformers import AutoModelForCausalLM
 
-    path, ours = make_draft(random_target, vllm_workdir / "capture", embed_from_target=True)
+    path, ours = write_draft(random_target, vllm_workdir / "capture", embed_from_target=True)
     cfg = ours.config
     vc = H.engine_config(
         random_target,

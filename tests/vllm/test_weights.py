@@ -18,14 +18,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.tiny import checkpoint_tensors, write_draft
 from tests.vllm import harness as H
-from tests.vllm.ckpts import checkpoint_tensors, make_draft
 
 pytestmark = pytest.mark.vllm
 
 ATOL = RTOL = 1e-5
 VARIANTS = {
-    # name: make_draft kwargs
+    # name: write_draft kwargs
     "reduced-vocab": dict(draft_vocab_size=200),
     "full-vocab": dict(draft_vocab_size=None),
     "bf16-export": dict(draft_vocab_size=200, dtype=torch.bfloat16),
@@ -44,7 +44,7 @@ def loaded(random_target, vllm_workdir):
 
     def get(name):
         if name not in cache:
-            path, ours = make_draft(random_target, vllm_workdir / f"w_{name}", **VARIANTS[name])
+            path, ours = write_draft(random_target, vllm_workdir / f"w_{name}", **VARIANTS[name])
             n = ours.config.num_speculative_tokens
             vc = H.engine_config(
                 random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
@@ -95,7 +95,7 @@ def test_every_vllm_parameter_filled_from_our_file(loaded, variant):
 def test_checkpoint_without_embedding_shares_the_targets(random_target, vllm_workdir):
     """include_embed=False: vLLM's own embed_tokens stays unloaded here, because its
     `load_dspark_model` then aliases the target's embedding (`maybe_share_target_embed`)."""
-    path, ours = make_draft(random_target, vllm_workdir / "w_noembed", include_embed=False)
+    path, ours = write_draft(random_target, vllm_workdir / "w_noembed", include_embed=False)
     n = ours.config.num_speculative_tokens
     vc = H.engine_config(
         random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
@@ -143,7 +143,7 @@ def test_negative_control_dropped_tensors_are_caught(random_target, vllm_workdir
 
     from common.checkpoint import WEIGHTS_NAME
 
-    path, ours = make_draft(random_target, vllm_workdir / "w_dropped")
+    path, ours = write_draft(random_target, vllm_workdir / "w_dropped")
     tensors = checkpoint_tensors(path)
     dropped = ["markov_head.markov_w1.weight", "confidence_head.proj.bias"]
     for key in dropped:
@@ -173,7 +173,7 @@ def test_load_dspark_model_shares_target_weights(random_target, vllm_workdir, va
     (frozen) except the reduced-vocab lm_head rows, so it shares the embedding, shares lm_head for a
     full vocab, and keeps our lm_head for a reduced one; a draft with its own embedding keeps it."""
     name, vocab, from_target = variant
-    path, ours = make_draft(
+    path, ours = write_draft(
         random_target,
         vllm_workdir / f"ldm_{name}",
         draft_vocab_size=vocab,
@@ -203,7 +203,7 @@ def test_non_vanilla_markov_head_is_refused_by_stock_vllm(random_target, vllm_wo
     extra head weights have no vLLM parameter); `serve.check --vllm` says so before launch."""
     from serve.check import main as serve_check
 
-    path, ours = make_draft(random_target, vllm_workdir / f"w_{kind}", markov_head_type=kind)
+    path, ours = write_draft(random_target, vllm_workdir / f"w_{kind}", markov_head_type=kind)
     assert serve_check([str(path), "--vllm"]) == 1
     n = ours.config.num_speculative_tokens
     vc = H.engine_config(
