@@ -571,7 +571,10 @@ def run_child(spec: str, args) -> dict:
             spec,
             *(f"--set={o}" for o in args.overrides),
         ]
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        # The repo first, then what the caller had (on the GPU image, the carried wheels' /tmp/site:
+        # without it the child could not import `datasets`, seen 2026-12-03).
+        path_entries = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path_entries))}
         rc = subprocess.run(cmd, env=env).returncode
         if rc != 0:
             return {"variant": spec, "shape": args.shape, "error": f"child exit code {rc}"}
