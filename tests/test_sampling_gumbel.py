@@ -9,7 +9,6 @@ from common.sampling.gumbel import (
     Stream,
     categorical_from_probs,
     gumbel_sample,
-    gumbel_sample_with_probs,
     keyed_uniform,
     mix64,
     mix64_int,
@@ -102,7 +101,8 @@ def test_empirical_distribution_matches_softmax(temperature, vary):
     logits = torch.linspace(-2.0, 1.5, V).roll(3).unsqueeze(0).expand(n, V)
     idx = torch.arange(n)
     seeds, pos = (idx, torch.full((n,), 17)) if vary == "seed" else (torch.full((n,), 3), idx)
-    ids, probs = gumbel_sample_with_probs(logits, torch.full((n,), temperature), seeds, pos)
+    temp = torch.full((n,), temperature)
+    ids, probs = gumbel_sample(logits, temp, seeds, pos), sampled_probs(logits, temp)
     counts = torch.bincount(ids, minlength=V).double()
     expected = torch.softmax(logits[0].double() / temperature, -1)
     torch.testing.assert_close(probs[0].double(), expected, rtol=1e-5, atol=1e-7)

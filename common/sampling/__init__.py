@@ -28,7 +28,6 @@ from common.sampling.gumbel import (
     categorical_from_probs,
     gumbel_noise,
     gumbel_sample,
-    gumbel_sample_with_probs,
     keyed_uniform,
     sampled_probs,
 )
@@ -57,7 +56,6 @@ __all__ = [
     "greedy_verify",
     "gumbel_noise",
     "gumbel_sample",
-    "gumbel_sample_with_probs",
     "keyed_uniform",
     "markov_walk",
     "plan_budgeted_verify_lengths",

@@ -174,21 +174,6 @@ def gumbel_sample(
     return scores.argmax(-1)
 
 
-def gumbel_sample_with_probs(
-    logits: torch.Tensor,
-    temperature: torch.Tensor,
-    seeds: torch.Tensor,
-    positions: torch.Tensor,
-    *,
-    stream: int = Stream.DRAFT,
-    cols: torch.Tensor | None = None,
-    fp64: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`gumbel_sample` plus the [R, C] float32 distribution it sampled from (`sampled_probs`)."""
-    ids = gumbel_sample(logits, temperature, seeds, positions, stream=stream, cols=cols, fp64=fp64)
-    return ids, sampled_probs(logits, temperature)
-
-
 def categorical_from_probs(
     probs: torch.Tensor,
     seeds: torch.Tensor,
