@@ -373,7 +373,10 @@ def run_server(
     try:
         engine = Engine.from_options(opts)
         if opts.tp > 1 and dist.get_rank() > 0:
-            steps = follow(engine)
+            try:
+                steps = follow(engine)
+            except KeyboardInterrupt:  # torchrun passes a Ctrl-C to every rank
+                return
             logger.info("rank %d: rank 0 closed after %d steps", dist.get_rank(), steps)
             return
         name = served_model_name or opts.target
