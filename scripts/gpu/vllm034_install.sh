@@ -27,6 +27,11 @@ use_vllm034() {
   export PYTHONPATH="$V34_SITE${PYTHONPATH:+:$PYTHONPATH}" VLLM_ENABLE_V1_MULTIPROCESSING=0
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  # FlashInfer's precompiled sampler kernels are not carried (flashinfer-cubin / -jit-cache): vLLM
+  # warned that it would JIT-compile them at start-up ("several minutes"), and the first engine was
+  # still starting 75 s after loading its weights when the session's device time ended (2026-12-03).
+  # vLLM's own PyTorch top-k/top-p path needs no compile.
+  export VLLM_USE_FLASHINFER_SAMPLER=0
 }
 wait_for_vllm034() {
   local _
