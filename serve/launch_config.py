@@ -53,6 +53,8 @@ class ServeCfg:
     seed: int | None = None
     extra_vllm_args: list[str] = field(default_factory=list)
     device: str = "auto"
+    adaptive_policy: str = "vllm"
+    cost_table: str | None = None
     sps_table: str | None = None
     use_fp64_gumbel: bool = False
     dry_run: bool = False

@@ -21,6 +21,8 @@ SHARED_KEYS = (
     "checkpoint",
     "dtype",
     "draft_sampling",
+    "adaptive_policy",
+    "cost_table",
     "sps_table",
     "use_fp64_gumbel",
     "max_num_seqs",

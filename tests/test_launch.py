@@ -102,6 +102,8 @@ def test_cli_surface_is_frozen():
         "seed",
         "extra_vllm_args",
         "device",
+        "adaptive_policy",
+        "cost_table",
         "sps_table",
         "use_fp64_gumbel",
         "dry_run",
@@ -461,6 +463,27 @@ def test_embedded_tp_without_a_world_exits_2(assets, machine, monkeypatch, capsy
         monkeypatch.delenv(key, raising=False)
     assert run(assets, "engine=embedded", "tensor_parallel_size=2") == 2
     assert "torchrun --nproc-per-node 2" in capsys.readouterr().err
+
+
+def test_embedded_branch_passes_the_adaptive_policy_and_refuses_a_mismatched_table(
+    assets, machine, monkeypatch, capsys
+):
+    """adaptive_policy / cost_table / sps_table reach EngineOptions as given; an SPS table under
+    vLLM's policy is refused (exit 2) by EngineOptions' own check, before any model loads."""
+    calls = {}
+    monkeypatch.setitem(
+        sys.modules,
+        "serve.api.server",
+        types.SimpleNamespace(run_server=lambda opts, *a, **kw: calls.update(opts=opts)),
+    )
+    rc = run(assets, "engine=embedded", "adaptive_policy=algorithm1", "sps_table=s.json")
+    assert rc == 0
+    assert (calls["opts"].adaptive_policy, calls["opts"].sps_table) == ("algorithm1", "s.json")
+    assert run(assets, "engine=embedded", "cost_table=c.json") == 0
+    assert (calls["opts"].adaptive_policy, calls["opts"].cost_table) == ("vllm", "c.json")
+    calls.clear()
+    assert run(assets, "engine=embedded", "sps_table=s.json") == 2
+    assert not calls and "adaptive_policy='algorithm1'" in capsys.readouterr().err
 
 
 def test_vllm_branch_says_it_ignores_fp64_gumbel(assets, machine, capsys):

@@ -38,6 +38,21 @@ def test_serve_api_parses_tp_and_fp64_gumbel(monkeypatch):
     assert api_main.main(["--target", "t", "--tp", "0"]) == 2
 
 
+def test_serve_api_takes_the_adaptive_policy_and_its_tables(monkeypatch, capsys):
+    """An SPS table prices the paper's Algorithm 1 only: reachable with --adaptive-policy
+    algorithm1; with vLLM's policy it is refused (exit 2) and the message names the fix."""
+    got = {}
+    monkeypatch.setattr(api_main, "run_server", lambda opts, *a, **kw: got.update(opts=opts))
+    base = ["--target", "t", "--checkpoint", "c", "--adaptive-verification"]
+    assert api_main.main([*base, "--adaptive-policy", "algorithm1", "--sps-table", "s.json"]) == 0
+    assert (got["opts"].adaptive_policy, got["opts"].sps_table) == ("algorithm1", "s.json")
+    assert api_main.main([*base, "--cost-table", "c.json"]) == 0
+    assert (got["opts"].adaptive_policy, got["opts"].cost_table) == ("vllm", "c.json")
+    got.clear()
+    assert api_main.main([*base, "--sps-table", "s.json"]) == 2
+    assert not got and "adaptive_policy='algorithm1'" in capsys.readouterr().err
+
+
 def test_tp_without_a_world_exits_2_and_says_torchrun(monkeypatch, capsys):
     """Refused before any model is loaded (the target does not exist)."""
     for key in TORCHRUN_ENV:

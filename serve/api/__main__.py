@@ -25,7 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         "--draft-sampling", default="probabilistic", choices=["greedy", "probabilistic"]
     )
     ap.add_argument("--adaptive-verification", action="store_true")
-    ap.add_argument("--sps-table", default=None)
+    ap.add_argument(
+        "--adaptive-policy",
+        default="vllm",
+        choices=["vllm", "algorithm1"],
+        help="vllm: vLLM 0.34's batch draft budget; algorithm1: the paper's admission",
+    )
+    ap.add_argument("--cost-table", default=None, help="vllm policy: a saved PaddedCostTable")
+    ap.add_argument("--sps-table", default=None, help="algorithm1 only: steps/s by token count")
     ap.add_argument(
         "--use-fp64-gumbel", action="store_true", help="float64 Gumbel noise (vLLM's flag)"
     )
@@ -57,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             num_speculative_tokens=a.num_speculative_tokens,
             draft_sampling=a.draft_sampling,
             adaptive_verification=a.adaptive_verification,
+            adaptive_policy=a.adaptive_policy,
+            cost_table=a.cost_table,
             sps_table=a.sps_table,
             use_fp64_gumbel=a.use_fp64_gumbel,
             tp=a.tp,
