@@ -13,6 +13,10 @@ target answers greedily (HF `generate`, batched, left-padded, float32). Then:
 - T=1: the target's mean probability mass inside the draft vocabulary at those positions, which
   bounds the per-position acceptance (1 - TV) of any draft over that vocabulary.
 Outputs are cut at the first stop id. Prints a table; --json writes the numbers.
+
+`--counts-from FILE --vocab-sizes N...` also scores the vocabularies `common.vocab.build_vocab_map`
+would pick from FILE's assistant turns (chat rows, e.g. ShareGPT's train split) at each size N, on
+the same answers: the ceiling of a larger or smaller draft vocabulary, known before training.
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ def answers(model, prompts: list[list[int]], max_tokens: int, pad: int, batch: i
     return out
 
 
-def coverage(model, prompts, outs, t2d: torch.Tensor, stops: set[int]) -> dict:
-    """Token share (T=0) and probability mass (T=1) inside the draft vocabulary, pooled."""
-    inside = total = 0
-    mass = 0.0
+def coverage(model, prompts, outs, masks: dict[str, torch.Tensor], stops: set[int]) -> dict:
+    """Per draft vocabulary (name -> [V] bool `t2d`): token share (T=0) and probability mass
+    (T=1) inside it, pooled over the answers (one target forward per answer for all of them)."""
+    inside = dict.fromkeys(masks, 0)
+    mass = dict.fromkeys(masks, 0.0)
+    total = 0
     for p, o in zip(prompts, outs, strict=True):
         o = o[: next((k for k, t in enumerate(o) if t in stops), len(o))]
         if not o:
@@ -56,10 +62,36 @@ def coverage(model, prompts, outs, t2d: torch.Tensor, stops: set[int]) -> dict:
         with torch.no_grad():
             logits = model(torch.tensor([p + o])).logits[0, len(p) - 1 : len(p) - 1 + len(o)]
         probs = torch.softmax(logits.double(), dim=-1)
-        inside += int(t2d[torch.tensor(o)].sum())
-        mass += float(probs[:, t2d].sum())
+        for name, t2d in masks.items():
+            inside[name] += int(t2d[torch.tensor(o)].sum())
+            mass[name] += float(probs[:, t2d].sum())
         total += len(o)
-    return {"tokens": total, "t0_token_share": inside / total, "t1_mass": mass / total}
+    return {
+        name: {
+            "tokens": total,
+            "t0_token_share": inside[name] / total,
+            "t1_mass": mass[name] / total,
+        }
+        for name in masks
+    }
+
+
+def vocab_masks_from_counts(path: str, tokenizer, vocab_size: int, sizes: list[int]) -> dict:
+    """The draft vocabularies `build_vocab_map` picks from the assistant turns of `path`."""
+    from common.vocab import build_vocab_map
+    from scripts.eval_acceptance import read_jsonl
+
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    texts = [
+        m["content"]
+        for row in read_jsonl(path)
+        for m in row["messages"]
+        if m["role"] == "assistant" and m["content"]
+    ]
+    for i in range(0, len(texts), 1024):
+        for ids in tokenizer(texts[i : i + 1024], add_special_tokens=False)["input_ids"]:
+            counts += torch.bincount(torch.tensor(ids, dtype=torch.int64), minlength=vocab_size)
+    return {f"counts_{n}": build_vocab_map(counts, n).t2d for n in sizes}
 
 
 def main(argv=None) -> int:
@@ -70,6 +102,8 @@ def main(argv=None) -> int:
     ap.add_argument("--num-prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--max-prompt-tokens", type=int, default=512)
+    ap.add_argument("--counts-from", help="chat rows whose assistant turns rank the vocabulary")
+    ap.add_argument("--vocab-sizes", type=int, nargs="*", default=[])
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from safetensors import safe_open
@@ -85,19 +119,22 @@ def main(argv=None) -> int:
     by_domain = heldout_prompts(
         a.target, tok, a.num_prompts, parse_prompt_files(a.prompts), a.max_prompt_tokens
     )
+    masks = {"draft": t2d}
+    if a.counts_from:
+        masks |= vocab_masks_from_counts(a.counts_from, tok, len(t2d), a.vocab_sizes)
     res = {"draft_vocab_size": int(t2d.sum()), "target_vocab_size": len(t2d), "domains": {}}
-    print(
-        "| domain | prompts | answer tokens | T=0 share in draft vocab | T=1 mass in draft vocab |"
-    )
-    print("|---|---|---|---|---|")
-    for name, prompts in by_domain.items():
+    res["vocabularies"] = {name: int(m.sum()) for name, m in masks.items()}
+    print("| domain | vocabulary | size | prompts | answer tokens | T=0 share in | T=1 mass in |")
+    print("|---|---|---|---|---|---|---|")
+    for domain, prompts in by_domain.items():
         outs = answers(model, prompts, a.max_tokens, pad)
-        r = {"prompts": len(prompts), **coverage(model, prompts, outs, t2d, stops)}
-        res["domains"][name] = r
-        print(
-            f"| {name} | {r['prompts']} | {r['tokens']} | {r['t0_token_share']:.4f} | "
-            f"{r['t1_mass']:.4f} |"
-        )
+        res["domains"][domain] = {"prompts": len(prompts)}
+        for name, r in coverage(model, prompts, outs, masks, stops).items():
+            res["domains"][domain][name] = r
+            print(
+                f"| {domain} | {name} | {res['vocabularies'][name]} | {len(prompts)} | "
+                f"{r['tokens']} | {r['t0_token_share']:.4f} | {r['t1_mass']:.4f} |"
+            )
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     return 0
