@@ -77,3 +77,55 @@ def test_summary_refuses_mixed_settings(target_dir, tmp_path):
     out.write_text("".join(json.dumps(x) + "\n" for x in lines))
     with pytest.raises(ValueError, match="mixes generation settings"):
         summarize_regenerated(out, make_tokenizer())
+
+
+def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
+    """--vllm-cuda-graphs / --vllm-max-num-seqs become vLLM's enforce_eager / max_num_seqs (a
+    stand-in `vllm` module records the engine's arguments and echoes eos; the real engine is in
+    the vLLM suite); without them the engine stays eager with vLLM's own batch cap."""
+    import importlib.machinery
+    import sys
+    import types
+
+    seen = []
+
+    class LLM:
+        def __init__(self, **kwargs):
+            seen.append(kwargs)
+
+        def get_tokenizer(self):
+            return types.SimpleNamespace(eos_token_id=None)
+
+        def generate(self, inputs, params, use_tqdm=False):
+            out = types.SimpleNamespace(token_ids=[params[0].eos], finish_reason="stop")
+            return [types.SimpleNamespace(outputs=[out]) for _ in inputs]
+
+    class SamplingParams:
+        def __init__(self, stop_token_ids, **kw):
+            self.eos = stop_token_ids[0]
+
+    fake = types.ModuleType("vllm")
+    fake.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    fake.LLM, fake.SamplingParams = LLM, SamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(chat(0)) + "\n")
+    base = ["--target", str(target_dir), "--data", str(data), "--backend", "vllm"]
+    assert main([*base, "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert (
+        main(
+            [
+                *base,
+                "--out",
+                str(tmp_path / "b.jsonl"),
+                "--vllm-cuda-graphs",
+                "--vllm-max-num-seqs",
+                "64",
+            ]
+        )
+        == 0
+    )
+    assert seen[0]["enforce_eager"] is True and "max_num_seqs" not in seen[0]
+    assert seen[1]["enforce_eager"] is False and seen[1]["max_num_seqs"] == 64
+    summary = json.loads((tmp_path / "b.jsonl.summary.json").read_text())
+    assert summary["vllm_options_this_run"] == {"cuda_graphs": True, "max_num_seqs": 64}

@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=512, help="prompts per generate call")
     ap.add_argument("--max-rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--vllm-cuda-graphs", action="store_true", help="vllm backend: CUDA graphs (default eager)"
+    )
+    ap.add_argument("--vllm-max-num-seqs", type=int, default=None, help="vllm backend: batch cap")
     a = ap.parse_args(argv)
+    vllm_options = {"cuda_graphs": a.vllm_cuda_graphs, "max_num_seqs": a.vllm_max_num_seqs}
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(a.target)
@@ -53,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         a.batch_size,
         backend=a.backend,
         on_bad_row="skip",
+        vllm_options=vllm_options,
     )
     summary = summarize_regenerated(a.out, tokenizer)
     summary.update(
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         source_rows=len(rows),
         written_this_run=written,
         seconds_this_run=round(time.perf_counter() - t0, 1),
+        vllm_options_this_run=vllm_options,
     )
     Path(a.out + ".summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -140,12 +140,14 @@ def regenerate_responses(
     backend: str = "hf",
     template_kwargs: dict | None = None,
     on_bad_row: str = "error",
+    vllm_options: dict | None = None,
 ) -> int:
     """Regenerate rows not yet in `out_path` (see module doc); returns the number of rows written.
 
     `model`: a loaded HF causal LM or a path (hf loads it; vllm needs a path). `tokenizer`: the
     target tokenizer (instance or path), used for the chat template. `template_kwargs` go to the
-    chat template (e.g. {"enable_thinking": False}).
+    chat template (e.g. {"enable_thinking": False}). `vllm_options`: `VLLMGenerator`'s
+    `cuda_graphs` / `max_num_seqs` (vllm backend only).
     """
     sampling = _sampling(sampling)
     if on_bad_row not in ("error", "skip"):
@@ -168,7 +170,7 @@ def regenerate_responses(
     if not todo:
         return 0
     if backend == "vllm":
-        generate = VLLMGenerator(model, tokenizer, sampling)
+        generate = VLLMGenerator(model, tokenizer, sampling, **(vllm_options or {}))
     else:
         generate = HFGenerator(model, tokenizer, sampling)
     written = 0
