@@ -31,22 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.eval_acceptance import heldout_prompts, parse_prompt_files  # noqa: E402
-
-
-def answers(model, prompts: list[list[int]], max_tokens: int, pad: int, batch: int = 16):
-    """The target's greedy continuation of each prompt (left-padded batches)."""
-    out = []
-    for i in range(0, len(prompts), batch):
-        chunk = prompts[i : i + batch]
-        width = max(map(len, chunk))
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
-        with torch.no_grad():
-            g = model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False
-            )
-        out += [row[width:].tolist() for row in g]
-    return out
+from scripts.target_greedy import cut, greedy_answers, stop_ids  # noqa: E402
 
 
 def coverage(model, prompts, outs, masks: dict[str, torch.Tensor], stops: set[int]) -> dict:
@@ -55,8 +40,7 @@ def coverage(model, prompts, outs, masks: dict[str, torch.Tensor], stops: set[in
     inside = dict.fromkeys(masks, 0)
     mass = dict.fromkeys(masks, 0.0)
     total = 0
-    for p, o in zip(prompts, outs, strict=True):
-        o = o[: next((k for k, t in enumerate(o) if t in stops), len(o))]
+    for p, o in zip(prompts, cut(outs, stops), strict=True):
         if not o:
             continue
         with torch.no_grad():
@@ -107,15 +91,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from safetensors import safe_open
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with safe_open(str(Path(a.draft) / "model.safetensors"), "pt") as f:
         t2d = f.get_tensor("t2d").bool()
     tok = AutoTokenizer.from_pretrained(a.target)
     model = AutoModelForCausalLM.from_pretrained(a.target, dtype=torch.float32).eval()
-    eos = GenerationConfig.from_pretrained(a.target).eos_token_id
-    stops = set(eos if isinstance(eos, list) else [eos])
-    pad = model.generation_config.pad_token_id or 0
+    stops = stop_ids(a.target)
     by_domain = heldout_prompts(
         a.target, tok, a.num_prompts, parse_prompt_files(a.prompts), a.max_prompt_tokens
     )
@@ -127,7 +109,7 @@ def main(argv=None) -> int:
     print("| domain | vocabulary | size | prompts | answer tokens | T=0 share in | T=1 mass in |")
     print("|---|---|---|---|---|---|---|")
     for domain, prompts in by_domain.items():
-        outs = answers(model, prompts, a.max_tokens, pad)
+        outs = greedy_answers(model, prompts, a.max_tokens, batch=16)
         res["domains"][domain] = {"prompts": len(prompts)}
         for name, r in coverage(model, prompts, outs, masks, stops).items():
             res["domains"][domain][name] = r

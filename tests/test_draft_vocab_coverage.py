@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from scripts.draft_vocab_coverage import answers, coverage
+from scripts.draft_vocab_coverage import coverage
+from scripts.target_greedy import greedy_answers
 from tests.tiny_assets import build_tiny_random_target
 
 
@@ -14,7 +15,7 @@ def test_coverage_matches_a_token_by_token_loop(tmp_path):
     target = str(build_tiny_random_target(tmp_path / "t"))
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    outs = answers(model, prompts, max_tokens=6, pad=0, batch=2)
+    outs = greedy_answers(model, prompts, max_tokens=6, batch=2)
     for p, o in zip(prompts, outs, strict=True):  # greedy: each answer token is the argmax
         with torch.no_grad():
             assert int(model(torch.tensor([p])).logits[0, -1].argmax()) == o[0]

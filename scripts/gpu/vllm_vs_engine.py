@@ -62,6 +62,7 @@ from scripts.eval_acceptance import (  # noqa: E402
     heldout_prompts,
     parse_prompt_files,
 )
+from scripts.target_greedy import cut, greedy_answers, stop_ids  # noqa: E402
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # tracebacks in our output
 TEMPERATURES = (0.0, 1.0)
@@ -77,37 +78,13 @@ def prompts_of(target: str, n: int, files=None, max_tokens: int = 768) -> list[l
     return mixed[:n]
 
 
-def stop_ids(target: str) -> set[int]:
-    from transformers import GenerationConfig
-
-    eos = GenerationConfig.from_pretrained(target).eos_token_id
-    return set(eos if isinstance(eos, list) else [eos])
-
-
-def cut(seqs: list[list[int]], stops: set[int]) -> list[list[int]]:
-    """Each sequence up to (not including) its first stop id: stacks differ on echoing it."""
-    out = []
-    for s in seqs:
-        first = next((i for i, t in enumerate(s) if t in stops), len(s))
-        out.append(list(s[:first]))
-    return out
-
-
 def hf_greedy(target: str, prompts, max_tokens: int, dtype: str, device: str) -> list[list[int]]:
     """The target's own greedy continuation of every prompt, one left-padded batch."""
     import torch
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype)).to(device).eval()
-    pad = m.generation_config.pad_token_id or 0
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    with torch.no_grad():
-        g = m.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False
-        )
-    return [row[width:].tolist() for row in g]
+    return greedy_answers(m, prompts, max_tokens)
 
 
 def partings(spec, base, prompts, target: str, device: str) -> list[dict]:
