@@ -1,5 +1,6 @@
 """Builders shared by the engine and HTTP tests (no tests here): a tiny Qwen3 target with a
-word-level tokenizer and chat template, random or "tuned" DSpark drafts, and folders on disk.
+word-level tokenizer and chat template, random or "tuned" DSpark drafts, folders on disk, and
+the wait for a served process's /health.
 
 A *predictable* target has every attention output projection zeroed, so its next token is a
 fixed function f(current token); a *tuned* draft's Markov head is set to draft exactly f, so
@@ -8,8 +9,13 @@ acceptance is high whatever the backbone says. Float64 keeps argmax free of near
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import pytest
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
@@ -139,3 +145,27 @@ def save_target(target, out: Path) -> Path:
 
 def save_draft(draft: DSparkDraftModel, out: Path) -> Path:
     return save_checkpoint(draft, out, dtype=torch.float64, include_embed=True)
+
+
+def wait_healthy(
+    base: str,
+    procs: list[subprocess.Popen],
+    log_tail: Callable[[int], str],
+    timeout_s: float,
+    poll_s: float,
+) -> None:
+    """Poll `base`/health until it answers 200; fail the test, with process i's log tail, as soon
+    as process i exits, or with process 0's once `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for i, p in enumerate(procs):
+            if p.poll() is not None:
+                pytest.fail(f"server process {i} exited ({p.returncode}):\n{log_tail(i)}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"server not healthy after {timeout_s}s:\n{log_tail(0)}")
+        time.sleep(poll_s)

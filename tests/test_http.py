@@ -20,7 +20,13 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.test_engine_helpers import make_draft, make_target, save_draft, save_target
+from tests.test_engine_helpers import (
+    make_draft,
+    make_target,
+    save_draft,
+    save_target,
+    wait_healthy,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_MODEL_LEN = 1024
@@ -66,18 +72,7 @@ def server(tmp_path_factory):
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}):\n{read_log(root)}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S}s:\n{read_log(root)}")
-            time.sleep(0.5)
+        wait_healthy(base, [proc], lambda _: read_log(root), STARTUP_TIMEOUT_S, poll_s=0.5)
         yield {"base": base, "root": root, "target": target, "proc": proc}
     finally:
         proc.terminate()

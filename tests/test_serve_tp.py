@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,7 +18,13 @@ import serve.api.__main__ as api_main
 from serve.engine import Engine, EngineOptions, SamplingParams
 from serve.engine.lockstep import TORCHRUN_ENV
 from tests.dist.sharded_walk_check import free_port
-from tests.test_engine_helpers import make_draft, make_target, save_draft, save_target
+from tests.test_engine_helpers import (
+    make_draft,
+    make_target,
+    save_draft,
+    save_target,
+    wait_healthy,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT_S = 120
@@ -162,18 +167,7 @@ def test_serve_api_tp2_under_torchrun_env_equals_one_process(models, torch_singl
         return logs[rank].read_text()[-3000:]
 
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            for rank, p in enumerate(procs):
-                if p.poll() is not None:
-                    pytest.fail(f"rank {rank} exited ({p.returncode}):\n{tail(rank)}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"no health after {STARTUP_TIMEOUT_S}s\n{tail(0)}"
-            time.sleep(0.3)
+        wait_healthy(base, procs, tail, STARTUP_TIMEOUT_S, poll_s=0.3)
 
         def ask(i: int) -> list[int]:
             body = {"prompt": PROMPTS[i], "max_tokens": MAX_TOKENS[i], "seed": 100 + i}
