@@ -5,8 +5,8 @@
 RES="${RES:-/tmp/dspark-res}"; OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 end=$((SECONDS + ${1:-540}))
 while [ ! -f "$RES/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
-cat "$RES/stages.txt" 2>/dev/null
-for f in "$RES"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1200 "$f"; }; done
+cat "$RES/stages.txt" "$RES"/*/stages.txt 2>/dev/null  # the pipeline, then its branches
+for f in "$RES"/*.log "$RES"/*/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1200 "$f"; }; done
 tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' --exclude=./ship . 2>/dev/null
 if [ -d "$RES/ship" ]; then
   sent="$RES/ship/.sent"; touch "$sent"; n=0
