@@ -1,12 +1,13 @@
 """Headline figures of the SmolLM2 run, each read from the raw file it comes from.
 
-    python scripts/smollm2_summary.py RESULTS [--engine-cpu FILE] [--out FILE]
+    python scripts/smollm2_summary.py RESULTS [--engine-cpu FILE] [--gate FILE] [--out FILE]
 
 Reads, under the results folder: smollm2_dspark_vs_dflash.json (scripts/eval_acceptance.py),
 smollm2_dspark.summary.json (train.distill), vllm_speedup.json (scripts/vllm_speedup_table.py),
-vllm_gate.json (scripts/gpu/vllm_vs_engine.py) and, with --engine-cpu, a scripts/bench_engine.py
---json file. Writes --out (default RESULTS/summary.json): every key beside `KEY_source`, the
-file it was read from; a figure whose file is missing is null (and says so) rather than left out.
+vllm_gate.json (scripts/gpu/vllm_vs_engine.py; --gate: another run's gate of the same draft)
+and, with --engine-cpu, a scripts/bench_engine.py --json file. Writes --out (default
+RESULTS/summary.json): every key beside `KEY_source`, the file it was read from; a figure whose
+file is missing is null (and says so) rather than left out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def pooled_tau(rows: list[dict]) -> float:
     return 1 + accepted / drafts if drafts else 0.0
 
 
-def summary(res: Path, engine_cpu: Path | None) -> dict:
+def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -> dict:
     out: dict = {}
 
     def put(key, value, source: Path | None):
@@ -60,7 +61,7 @@ def summary(res: Path, engine_cpu: Path | None) -> dict:
     for c in (1, 8, 32):
         put(f"vllm_speedup_b{c}", sp[c]["decode_speedup"] if c in sp else None, sp_path)
     put("vllm_tau_t0_sharegpt_b1", sp[1]["mean_acceptance_length"] if 1 in sp else None, sp_path)
-    gate_path = res / "vllm_gate.json"
+    gate_path = gate_path or res / "vllm_gate.json"
     gate = load(gate_path)
     if gate:
         diffs = []
@@ -91,10 +92,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--engine-cpu", type=Path, default=None)
+    ap.add_argument("--gate", type=Path, default=None, help="default: RESULTS/vllm_gate.json")
     ap.add_argument("--note", default=None, help="what run these figures are from")
     ap.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
     a = ap.parse_args(argv)
-    s = summary(a.results, a.engine_cpu)
+    s = summary(a.results, a.engine_cpu, a.gate)
     if a.note:
         s = {"note": a.note, **s}
     (a.out or a.results / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
