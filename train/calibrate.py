@@ -48,7 +48,17 @@ from train.setup import build_split, load_target
 
 
 @torch.no_grad()
-def collect(draft, target, tok, data: str, seq_len: int, max_rows: int, anchors: int, seed: int):
+def collect(
+    draft,
+    target,
+    tok,
+    data: str,
+    seq_len: int,
+    max_rows: int,
+    anchors: int,
+    seed: int,
+    max_bad_row_share: float = 0.05,
+):
     """-> (logits [M, Nd], accept [M, Nd], mask [M, Nd]) over all held-out anchor blocks."""
     dcfg = OmegaConf.create(
         {
@@ -57,6 +67,7 @@ def collect(draft, target, tok, data: str, seq_len: int, max_rows: int, anchors:
             "packing": "pack",
             "chat_template": None,
             "on_bad_row": "error",
+            "max_bad_row_share": max_bad_row_share,
         }
     )
     ds = build_split(dcfg, data, tok, seed, max_rows)
@@ -162,6 +173,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--max-rows", type=int, default=256)
     ap.add_argument("--anchors", type=int, default=64)
+    ap.add_argument(
+        "--max-bad-row-share",
+        type=float,
+        default=0.05,
+        help="rows without a supervised token in --seq-len (a long prompt) are dropped and "
+        "counted; a larger share stops (raise it for chat data with long prompts)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--objective", choices=OBJECTIVES, default="sequential")
@@ -183,7 +201,9 @@ def main(argv=None) -> int:
         print(f"{a.ckpt_dir}: no confidence head to calibrate", file=sys.stderr)
         return 2
     data = a.data or str(Path(a.target) / "data" / "heldout.jsonl")
-    z, acc, mask = collect(draft, target, tok, data, a.seq_len, a.max_rows, a.anchors, a.seed)
+    z, acc, mask = collect(
+        draft, target, tok, data, a.seq_len, a.max_rows, a.anchors, a.seed, a.max_bad_row_share
+    )
     result = calibrate(z, acc, mask, a.objective)
     if a.fold_into_weights:
         result = fold_into_weights(Path(a.ckpt_dir), result)
