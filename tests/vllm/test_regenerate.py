@@ -70,7 +70,11 @@ def regenerate_both(target: Path, rows: list[dict], max_new: int, work: Path) ->
     rows_file = work / "rows.json"
     rows_file.write_text(json.dumps(rows))
     out_vllm, out_hf = work / "vllm.jsonl", work / "hf.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    # The repo first, then the parent's own PYTHONPATH: where vLLM and our dependencies come from
+    # PYTHONPATH (the GPU scripts put vLLM 0.34 and carried wheels such as `datasets` there), a
+    # PYTHONPATH of the repo alone loses them in the child.
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     script = REPO / "scripts" / "vllm_probe" / "regen_vllm.py"
     cmd = [sys.executable, str(script), str(target), str(rows_file), str(out_vllm)]
