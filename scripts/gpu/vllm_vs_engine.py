@@ -9,7 +9,7 @@ interleaved), greedy (T=0) then probabilistic (T=1):
 2. vLLM DSpark: `vllm.LLM(target, speculative_config={"method": "dspark", "model": DRAFT,
    "num_speculative_tokens": N, "draft_sample_method": "probabilistic"})`; counters from
    `llm.get_metrics()` (deltas per temperature): mean acceptance length and per-position rates
-   (drafts whose first k+1 tokens were accepted / drafts).
+   (drafts whose first k+1 tokens were accepted / drafts). Request i has seed i in both stacks.
 3. HF greedy: the target's own `generate` in --engine-dtype (batched, left-padded).
 4. Our engine (`serve.engine`) in --engine-dtype, same prompts, same counters.
 Checks (exit 1 if any fails):
@@ -31,10 +31,12 @@ Checks (exit 1 if any fails):
 
 `--adaptive` (vLLM 0.34; with --cuda-graphs, which vLLM's adaptive verification needs): both stacks
 verify a confidence-scheduled prefix of each draft (vLLM's `enable_adaptive_verification`, the
-engine's `adaptive_verification`, each pricing steps by its own profiled costs), so the check
-covers our scheduler against vLLM's real one. Every check above stays, and one more: the mean
-number of drafts verified per round (draft tokens / drafts, from both stacks' counters) of vLLM
-within --tau-rel-tol of the engine's, per temperature.
+engine's `adaptive_verification`, each pricing steps by its own profiled costs). Only the
+greedy checks are gated there; the acceptance comparisons are reported
+(report["adaptive_reported_not_gated"]): each stack picks verify lengths from its own profiled
+costs (vLLM's budget also from the previous step's confidences) and an unverified slot counts as
+not accepted, so equal acceptance is not expected; and vLLM's num_draft_tokens is the
+scheduler's count (N per round), not what was verified, so verify lengths cannot be compared.
 
 vLLM 0.26 (the newest on the GPU image's torch 2.11) reads the layout from `dspark_bonus_anchor`
 and sizes `fc` from `dflash_config.target_layer_ids`; our config.json writes both. It skips the
@@ -150,6 +152,18 @@ def vllm_llm(target: str, args, speculative_config: dict | None):
     )
 
 
+def request_params(sampling_params_cls, n: int, temperature: float, max_tokens: int, seed=0):
+    """One vLLM SamplingParams per prompt, seeded as the engine side seeds them
+    (scripts/eval_acceptance.evaluate: seed + i). A single shared seed would give every request
+    the same keyed draws at the same position (vLLM keys accept uniforms by (seed, position)
+    and draft/resample noise by (seed, position, token)), so pooled per-position counts would be
+    correlated across prompts and the z-test's binomial variance far too small."""
+    return [
+        sampling_params_cls(max_tokens=max_tokens, temperature=temperature, seed=seed + i)
+        for i in range(n)
+    ]
+
+
 def free(llm) -> None:
     import torch
 
@@ -175,8 +189,7 @@ def run_vllm(target, draft, prompts, args) -> dict:
     llm = vllm_llm(target, args, spec)
     for t in TEMPERATURES:
         before = spec_counters(llm.get_metrics())
-        params = SamplingParams(max_tokens=args.max_tokens, temperature=t, seed=0)
-        outs = llm.generate(inputs, params)
+        outs = llm.generate(inputs, request_params(SamplingParams, len(inputs), t, args.max_tokens))
         res[str(t)] = {
             **spec_counters(llm.get_metrics()).since(before).report(),
             "outputs": [list(o.outputs[0].token_ids) for o in outs],
@@ -258,25 +271,31 @@ def gate(report: dict, stops: set[int], args) -> dict:
     temps = [str(t) for t in TEMPERATURES]
     n_tests = sum(len(v[t]["accepted_per_pos"]) for t in temps)
     report["acceptance_tests"] = {}
+    # Under --adaptive the acceptance figures depend on each stack's verify lengths, which come
+    # from its own cost table (and, in vLLM, a budget from the previous step's confidences): an
+    # unverified slot counts as not accepted in both. vLLM's counters cannot say how many drafts
+    # it verified (num_draft_tokens is the scheduler's count, before the worker trims the
+    # budget), so the two policies cannot be matched up: the comparisons are reported only.
+    gated = {} if args.adaptive else checks
     for t in temps:
         rows = compare_acceptance(v[t], e[t], args.alpha / max(n_tests, 1))
         report["acceptance_tests"][t] = rows
-        checks[f"per_pos_acceptance_equal_T{t}"] = not any(r["rejects"] for r in rows)
-        checks[f"powered_at_pos0_T{t}"] = rows[0]["mdd"] is not None and (
+        gated[f"per_pos_acceptance_equal_T{t}"] = not any(r["rejects"] for r in rows)
+        gated[f"powered_at_pos0_T{t}"] = rows[0]["mdd"] is not None and (
             rows[0]["mdd"] <= args.max_mdd
         )
         tv, te = v[t]["mean_acceptance_length"], e[t]["mean_acceptance_length"]
-        checks[f"tau_within_rel_tol_T{t}"] = abs(tv - te) <= args.tau_rel_tol * te
-        if args.adaptive:
-            lv, le = verified_per_draft(v[t]), verified_per_draft(e[t])
-            checks[f"verified_per_draft_within_rel_tol_T{t}"] = (
-                abs(lv - le) <= args.tau_rel_tol * le
-            )
+        gated[f"tau_within_rel_tol_T{t}"] = abs(tv - te) <= args.tau_rel_tol * te
+    if args.adaptive:
+        report["adaptive_reported_not_gated"] = gated
     return checks
 
 
 def verified_per_draft(r: dict) -> float:
-    """Drafts verified per round (N without adaptive verification)."""
+    """Draft tokens counted per round: the engine counts the drafts it verified (fewer than N
+    under adaptive verification); vLLM 0.34 counts the drafts its scheduler scheduled, N per
+    round whatever adaptive verification then verifies (scheduler.py `make_spec_decoding_stats`
+    sees `len(scheduled_spec_token_ids)`; the trim is in the worker, `reallocate_drafts`)."""
     return r["draft_tokens"] / max(r["drafts"], 1)
 
 
@@ -338,7 +357,7 @@ def main(argv=None) -> int:
         print("  per-position vLLM  ", " ".join(f"{x:.3f}" for x in v["per_position_rate"]))
         print("  per-position engine", " ".join(f"{x:.3f}" for x in e["per_position_rate"]))
         lv, le = verified_per_draft(v), verified_per_draft(e)
-        print(f"  verified per draft vLLM {lv:.3f} engine {le:.3f}")
+        print(f"  draft tokens per draft vLLM {lv:.3f} (scheduled) engine {le:.3f} (verified)")
     report["checks"] = gate(report, stops, a)
     for t, rows in report["acceptance_tests"].items():
         for r in rows:
