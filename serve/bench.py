@@ -10,8 +10,11 @@ Design choices:
 - Acceptance is pooled from `/metrics` deltas scraped before and after the run, never averaged
   per request, with the engine's own arithmetic (`serve.engine.stats.SpecDecodeStats`: mean
   acceptance length = 1 + accepted / drafts, per-position rate = accepted_per_pos[i] / drafts,
-  acceptance rate = accepted / draft tokens, vLLM's formulas). `/metrics` is read with
-  `prometheus_client.parser`; counters are summed over label sets (engines).
+  acceptance rate = accepted / draft tokens, vLLM's formulas). Draft tokens are the ones
+  scheduled (N per draft) on both servers; our engine also exports the drafts its target
+  verified (`dspark:spec_decode_num_verified_draft_tokens`, fewer under adaptive verification),
+  reported when present. `/metrics` is read with `prometheus_client.parser`; counters are
+  summed over label sets (engines).
 - Pure functions (`parse_spec_decode_metrics`, `spec_decode_delta`, `summarize`) hold all the
   arithmetic; the async client only times requests.
 """
@@ -30,7 +33,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve.engine.stats import SpecDecodeStats
+from serve.engine.stats import VERIFIED_DRAFT_TOKENS, SpecDecodeStats
 
 DEFAULT_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number using memoization.",
@@ -66,11 +69,15 @@ def parse_spec_decode_metrics(text: str) -> SpecDecodeStats | None:
     over label sets (engines); None if the server exports none (no speculative decoding, or not
     vLLM-compatible metrics). `_created` samples are skipped; `_total` is optional."""
     totals, per_pos, found = dict.fromkeys(SPEC_COUNTERS.values(), 0), {}, False
+    verified = None  # our engine's own counter; vLLM has none
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
             base = sample.name.removesuffix("_total")
+            if base == VERIFIED_DRAFT_TOKENS:
+                verified = (verified or 0) + int(sample.value)
+                continue
             if base == PER_POS_COUNTER:
                 pos = int(sample.labels["position"])
                 per_pos[pos] = per_pos.get(pos, 0) + int(sample.value)
@@ -88,12 +95,15 @@ def parse_spec_decode_metrics(text: str) -> SpecDecodeStats | None:
         totals["num_draft_tokens"],
         totals["num_accepted_tokens"],
         [per_pos.get(k, 0) for k in range(n)],
+        verified,
     )
 
 
 def spec_decode_delta(before: SpecDecodeStats | None, after: SpecDecodeStats | None) -> dict | None:
     """Pooled acceptance over the run (after - before), by `SpecDecodeStats`' one arithmetic;
-    rates are None (lists empty) when nothing was drafted."""
+    rates are None (lists empty) when nothing was drafted. `num_draft_tokens` and
+    `acceptance_rate` count scheduled drafts (vLLM's meaning); `num_verified_draft_tokens` is
+    None unless the server exports it (our engine)."""
     if before is None or after is None:
         return None
     n = max(before.num_speculative_tokens, after.num_speculative_tokens)
@@ -102,6 +112,7 @@ def spec_decode_delta(before: SpecDecodeStats | None, after: SpecDecodeStats | N
     return {
         "num_drafts": d.num_drafts,
         "num_draft_tokens": d.num_draft_tokens,
+        "num_verified_draft_tokens": d.num_verified_draft_tokens,
         "num_accepted_tokens": d.num_accepted_tokens,
         "accepted_per_pos": d.num_accepted_tokens_per_pos,
         "acceptance_rate": d.draft_acceptance_rate if d.num_draft_tokens > 0 else None,
@@ -113,7 +124,9 @@ def spec_decode_delta(before: SpecDecodeStats | None, after: SpecDecodeStats | N
 def _padded(s: SpecDecodeStats, n: int) -> SpecDecodeStats:
     """`s` with per-position counts for n positions (a position never reported counts 0)."""
     pos = s.num_accepted_tokens_per_pos + [0] * (n - len(s.num_accepted_tokens_per_pos))
-    return SpecDecodeStats(n, s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, pos)
+    return SpecDecodeStats(
+        n, s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, pos, s.num_verified_draft_tokens
+    )
 
 
 # ---------------------------------------------------------------- requests
@@ -313,7 +326,11 @@ def format_table(s: dict) -> str:
     else:
         lines += [
             row("Drafts:", sd["num_drafts"], None),
-            row("Draft tokens:", sd["num_draft_tokens"], None),
+            row("Draft tokens (scheduled):", sd["num_draft_tokens"], None),
+        ]
+        if sd.get("num_verified_draft_tokens") is not None:
+            lines.append(row("Draft tokens verified:", sd["num_verified_draft_tokens"], None))
+        lines += [
             row("Accepted tokens:", sd["num_accepted_tokens"], None),
             row(
                 "Acceptance rate (%):",

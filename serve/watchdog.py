@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serve.engine.stats import SpecDecodeStats
+from serve.engine.stats import VERIFIED_DRAFT_TOKENS, SpecDecodeStats
 
 logger = logging.getLogger("serve.watchdog")
 EXPECTED_KEY = "expected_acceptance"
@@ -185,7 +185,8 @@ def metric_families(reading: WatchdogReading, model_name: str):
 
 
 def spec_stats_from_metrics(text: str) -> SpecDecodeStats | None:
-    """vLLM's cumulative spec-decode counters from a /metrics page (summed over label sets)."""
+    """vLLM's cumulative spec-decode counters from a /metrics page (summed over label sets);
+    the verified draft count only from our server's page (vLLM exports none)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     totals: dict[str, float] = {}
@@ -198,7 +199,7 @@ def spec_stats_from_metrics(text: str) -> SpecDecodeStats | None:
             if name == "vllm:spec_decode_num_accepted_tokens_per_pos":
                 k = int(s.labels["position"])
                 per_pos[k] = per_pos.get(k, 0.0) + s.value
-            elif name.startswith("vllm:spec_decode_"):
+            elif name.startswith("vllm:spec_decode_") or name == VERIFIED_DRAFT_TOKENS:
                 totals[name] = totals.get(name, 0.0) + s.value
     if "vllm:spec_decode_num_drafts" not in totals or not per_pos:
         return None
@@ -209,6 +210,7 @@ def spec_stats_from_metrics(text: str) -> SpecDecodeStats | None:
         int(totals.get("vllm:spec_decode_num_draft_tokens", 0)),
         int(totals.get("vllm:spec_decode_num_accepted_tokens", sum(positions))),
         positions,
+        int(totals[VERIFIED_DRAFT_TOKENS]) if VERIFIED_DRAFT_TOKENS in totals else None,
     )
 
 

@@ -254,7 +254,16 @@ def test_parse_metrics_sums_engines_and_skips_created():
     assert c.num_drafts == 100 + 6 and c.num_draft_tokens == 400 + 24
     assert c.num_accepted_tokens == 130 + 15
     assert c.num_accepted_tokens_per_pos == [86, 66, 33, 10]
+    assert c.num_verified_draft_tokens is None  # vLLM exports no verified count
+    # Our engine does (its own name): summed over label sets like the rest.
+    ours = fake.metrics_text() + "".join(
+        f'dspark:spec_decode_num_verified_draft_tokens_total{{engine="{e}"}} {v}.0\n'
+        for e, v in enumerate((300, 20))
+    )
+    c = parse_spec_decode_metrics(ours)
+    assert c.num_verified_draft_tokens == 320 and c.num_draft_tokens == 424
     assert parse_spec_decode_metrics('vllm:num_requests_running{engine="0"} 1.0\n') is None
+    assert parse_spec_decode_metrics("dspark:spec_decode_num_verified_draft_tokens 3\n") is None
     # Counters without the _total suffix (a plain exporter) are read too.
     c = parse_spec_decode_metrics(
         "vllm:spec_decode_num_drafts 4\nvllm:spec_decode_num_accepted_tokens_per_pos"
@@ -270,6 +279,10 @@ def test_spec_decode_delta_formulas():
     assert d["num_drafts"] == 20 and d["num_accepted_tokens"] == 30
     assert d["mean_acceptance_length"] == pytest.approx(1 + 30 / 20)
     assert d["acceptance_rate"] == pytest.approx(30 / 80)
+    assert d["num_verified_draft_tokens"] is None
+    before.num_verified_draft_tokens, after.num_verified_draft_tokens = 25, 75
+    assert spec_decode_delta(before, after)["num_verified_draft_tokens"] == 50
+    assert spec_decode_delta(before, after)["acceptance_rate"] == pytest.approx(30 / 80)
     assert d["per_position_acceptance_rates"] == pytest.approx([14 / 20, 9 / 20, 5 / 20, 2 / 20])
     # Pooled equals the sum of the per-position rates plus one.
     assert d["mean_acceptance_length"] == pytest.approx(1 + sum(d["per_position_acceptance_rates"]))

@@ -164,6 +164,7 @@ def test_stats_since_and_conditional_acceptance():
     assert d.report() == {
         "drafts": 20,
         "draft_tokens": 60,
+        "verified_draft_tokens": None,  # not reported (counters read from vLLM)
         "accepted_per_pos": [10, 6, 4],
         "reached_per_pos": [20, 10, 6],
         "mean_acceptance_length": 2.0,
@@ -172,6 +173,19 @@ def test_stats_since_and_conditional_acceptance():
     }
     fresh = SpecDecodeStats()  # before any draft: no per-position list yet
     assert after.since(fresh).num_accepted_tokens_per_pos == [16, 10, 6]
+    # The engine's verified count rides along: 90 scheduled, 50 verified after adaptive trims.
+    eng_before, eng_after = before.copy(), after.copy()
+    eng_before.num_verified_draft_tokens, eng_after.num_verified_draft_tokens = 20, 70
+    e = eng_after.since(eng_before)
+    assert (e.num_draft_tokens, e.num_verified_draft_tokens) == (60, 50)
+    assert e.report()["verified_draft_tokens"] == 50 and e.draft_acceptance_rate == 20 / 60
+    assert e.verified_acceptance_rate == 20 / 50 and d.verified_acceptance_rate is None
+    assert eng_after.since(fresh).num_verified_draft_tokens == 70
+    counted = SpecDecodeStats(3, num_verified_draft_tokens=0)
+    counted.add(2, 6, 3, [2, 1, 0], verified_draft_tokens=4)
+    counted.add(1, 3, 1, [1, 0, 0])  # no trim: all scheduled drafts verified
+    got = (counted.num_drafts, counted.num_draft_tokens, counted.num_verified_draft_tokens)
+    assert got == (3, 9, 7)
     with pytest.raises(ValueError):  # counters of another block size
         after.since(SpecDecodeStats(2, 1, 2, 1, [1, 0]))
 
@@ -264,7 +278,9 @@ def test_adaptive_verifying_nothing_is_plain_sampling(tmp_path):
     )
     plain = make_engine(target, None, max_num_seqs=2)
     assert ada.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
-    assert ada.stats.spec.num_draft_tokens == 0 and ada.stats.spec.num_drafts > 0
+    spec = ada.stats.spec
+    assert spec.num_verified_draft_tokens == 0 and spec.num_drafts > 0
+    assert spec.num_draft_tokens == spec.num_drafts * ada.num_spec  # scheduled, as vLLM counts
 
 
 def test_adaptive_greedy_still_exact_and_full_table_verifies_all(tmp_path):
@@ -287,7 +303,9 @@ def test_adaptive_greedy_still_exact_and_full_table_verifies_all(tmp_path):
     )
     full = make_engine(target, draft)
     assert ada.generate(PROMPTS, params) == full.generate(PROMPTS, params)
-    assert ada.stats.spec.num_draft_tokens == full.stats.spec.num_draft_tokens
+    a, f = ada.stats.spec, full.stats.spec
+    assert a.num_verified_draft_tokens == f.num_verified_draft_tokens == f.num_draft_tokens
+    assert a.num_draft_tokens == f.num_draft_tokens
 
 
 # ---------------------------------------------------------------------- stops and aborts

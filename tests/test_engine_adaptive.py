@@ -39,13 +39,18 @@ def test_zero_budget_is_plain_sampling_and_flat_cost_verifies_all(tmp_path, conf
     ada = make_engine(target, draft, adaptive_verification=True, cost_table=steep, max_num_seqs=3)
     plain = make_engine(target, None, max_num_seqs=2)
     assert ada.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
-    assert ada.stats.spec.num_draft_tokens == 0 and ada.stats.spec.num_drafts > 0
+    spec, n = ada.stats.spec, ada.num_spec
+    # Nothing verified, yet N drafts per round were scheduled (vLLM's num_draft_tokens).
+    assert spec.num_verified_draft_tokens == 0 and spec.num_drafts > 0
+    assert spec.num_draft_tokens == spec.num_drafts * n
     # Flat cost: expected tokens only grow with the budget, so every draft is verified.
     flat = cost_table(tmp_path, lambda q: 5.0)
     ada = make_engine(target, draft, adaptive_verification=True, cost_table=flat, max_num_seqs=3)
     full = make_engine(target, draft, max_num_seqs=3)
     assert ada.generate(PROMPTS, params) == full.generate(PROMPTS, params)
-    assert ada.stats.spec.num_draft_tokens == full.stats.spec.num_draft_tokens
+    a, f = ada.stats.spec, full.stats.spec
+    assert a.num_draft_tokens == a.num_verified_draft_tokens == f.num_verified_draft_tokens
+    assert a.num_draft_tokens == f.num_draft_tokens == f.num_drafts * n
 
 
 def test_estimator_drives_greedy_exact_decoding_and_learns_from_verdicts(tmp_path):
@@ -70,9 +75,60 @@ def test_estimator_drives_greedy_exact_decoding_and_learns_from_verdicts(tmp_pat
     assert graded, "the estimator never saw a verdict"
     # Its statistics are exactly the verdicts the engine recorded: verified drafts per round.
     verified = sum(int(v.sum()) for _, v in graded)
-    assert verified == eng.stats.spec.num_draft_tokens
+    assert verified == eng.stats.spec.num_verified_draft_tokens
     assert sum(int(a.sum()) for a, _ in graded) == eng.stats.spec.num_accepted_tokens
     assert not torch.allclose(est.intercepts, torch.full_like(est.intercepts, -0.2))
+
+
+def scrape(engine) -> dict[str, float]:
+    """The engine's /metrics exposition, parsed: {sample name: value} (model label dropped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from serve.api.metrics import make_registry, render
+
+    text = render(make_registry(engine, "m")).decode()
+    return {
+        s.name: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if "position" not in s.labels and "phase" not in s.labels
+    }
+
+
+@pytest.mark.parametrize("adaptive", [True, False], ids=["adaptive", "plain"])
+def test_draft_tokens_count_scheduled_drafts_as_vllm_and_verified_apart(tmp_path, adaptive):
+    """vLLM 0.34's num_draft_tokens is the scheduler's count, N per draft, before the worker's
+    adaptive trim; the engine's is the same, and what the target verified is its own counter
+    (and metric). Under a budget that trims, verified < scheduled; without adaptive, equal."""
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, None, tuned=True, strength=4.0)
+    table = cost_table(tmp_path, lambda q: 2.0 + q)  # partial budgets: some drafts trimmed
+    opts = dict(adaptive_verification=True, cost_table=table) if adaptive else {}
+    eng = make_engine(target, draft, max_num_seqs=3, **opts)
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    assert eng.generate(PROMPTS, greedy_params()) == refs
+    spec, n = eng.stats.spec, eng.num_spec
+    assert spec.num_drafts > 0 and n > 1
+    assert spec.num_draft_tokens == spec.num_drafts * n  # rounds x num_speculative_tokens
+    if adaptive:
+        assert 0 < spec.num_verified_draft_tokens < spec.num_draft_tokens
+    else:
+        assert spec.num_verified_draft_tokens == spec.num_draft_tokens
+    assert spec.num_accepted_tokens <= spec.num_verified_draft_tokens
+    assert spec.draft_acceptance_rate == spec.num_accepted_tokens / spec.num_draft_tokens
+    assert spec.verified_acceptance_rate == (
+        spec.num_accepted_tokens / spec.num_verified_draft_tokens
+    )
+    report = spec.report()
+    assert (report["draft_tokens"], report["verified_draft_tokens"]) == (
+        spec.num_draft_tokens,
+        spec.num_verified_draft_tokens,
+    )
+    m = scrape(eng)
+    assert m["vllm:spec_decode_num_draft_tokens_total"] == spec.num_draft_tokens
+    verified = m["dspark:spec_decode_num_verified_draft_tokens_total"]
+    assert verified == spec.num_verified_draft_tokens
+    assert m["vllm:spec_decode_num_drafts_total"] == spec.num_drafts
 
 
 def test_profiled_cost_table_has_the_padded_shape():

@@ -11,7 +11,14 @@ import torch
 from scipy.stats import chi2_contingency
 from transformers import AutoModelForCausalLM
 
-from scripts.gpu.vllm_vs_engine import compare_acceptance, cut, gate, partings
+from scripts.gpu.vllm_vs_engine import (
+    compare_acceptance,
+    cut,
+    gate,
+    partings,
+    scheduled_per_draft,
+    verified_per_draft,
+)
 from scripts.plot_acceptance import conditional, pooled_tau
 from tests.tiny_assets import build_tiny_random_target
 
@@ -85,12 +92,18 @@ def test_gate_rejects_acceptance_drift_and_an_underpowered_run_and_cuts_at_stops
 
 def test_adaptive_gate_gates_greedy_only_and_reports_acceptance():
     """vLLM 0.34 counts the drafts it scheduled (7 per round) whatever adaptive verification
-    then verifies, and each stack picks verify lengths from its own costs: under --adaptive the
-    acceptance comparisons are reported, not gated, and draft-token counts are not compared."""
+    then verifies, and so does the engine, which counts what it verified apart; each stack picks
+    verify lengths from its own costs: under --adaptive the acceptance comparisons are reported,
+    not gated, and verified counts (the engine's only) are not compared."""
     same = [[1, 2, 3]]
     r = report(same, same, [], acc_e=(2000, 1400))  # slot 1: 0.40 vs 0.70
-    r["vllm"]["0.0"]["draft_tokens"] = 7 * 4000  # scheduled
-    r["engine"]["0.0"]["draft_tokens"] = 2 * 4000  # verified
+    for side in ("vllm", "engine"):
+        r[side]["0.0"].update(drafts=4000, draft_tokens=7 * 4000)  # scheduled
+    r["vllm"]["0.0"]["verified_draft_tokens"] = None  # vLLM does not report it
+    r["engine"]["0.0"]["verified_draft_tokens"] = 2 * 4000
+    assert scheduled_per_draft(r["vllm"]["0.0"]) == scheduled_per_draft(r["engine"]["0.0"]) == 7
+    assert verified_per_draft(r["engine"]["0.0"]) == 2
+    assert verified_per_draft(r["vllm"]["0.0"]) is None
     plain = gate(r, set(), ARGS)
     assert not plain["per_pos_acceptance_equal_T0.0"]
     adaptive = gate(r, set(), argparse.Namespace(**{**vars(ARGS), "adaptive": True}))

@@ -48,6 +48,9 @@ def test_metrics_equal_engine_counters():
     assert spec.num_drafts > 0 and spec.num_accepted_tokens > 0
     assert m["vllm:spec_decode_num_drafts_total"] == spec.num_drafts
     assert m["vllm:spec_decode_num_draft_tokens_total"] == spec.num_draft_tokens
+    # No adaptive verification: every scheduled draft token was verified.
+    verified = m["dspark:spec_decode_num_verified_draft_tokens_total"]
+    assert verified == spec.num_verified_draft_tokens == spec.num_draft_tokens
     assert m["vllm:spec_decode_num_accepted_tokens_total"] == spec.num_accepted_tokens
     for k, v in enumerate(spec.num_accepted_tokens_per_pos):
         assert m[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{k}]"] == v

@@ -287,6 +287,7 @@ def test_sidecar_reads_vllm_counters_and_applies_the_rule(monkeypatch):
     s = spec_stats_from_metrics(VLLM_METRICS)
     assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (300, 900, 12)
     assert s.num_accepted_tokens_per_pos == [9, 3, 0]
+    assert s.num_verified_draft_tokens is None  # vLLM exports no verified count
     assert spec_stats_from_metrics("# nothing\n") is None
 
     class Page:

@@ -35,8 +35,10 @@ engine's `adaptive_verification`, each pricing steps by its own profiled costs).
 greedy checks are gated there; the acceptance comparisons are reported
 (report["adaptive_reported_not_gated"]): each stack picks verify lengths from its own profiled
 costs (vLLM's budget also from the previous step's confidences) and an unverified slot counts as
-not accepted, so equal acceptance is not expected; and vLLM's num_draft_tokens is the
-scheduler's count (N per round), not what was verified, so verify lengths cannot be compared.
+not accepted, so equal acceptance is not expected. Draft tokens count the same thing on both
+sides (scheduled, N per draft: vLLM's scheduler counts before its worker trims, and the engine's
+num_draft_tokens follows it); only the engine also reports what it verified
+(`verified_draft_tokens`), so verify lengths cannot be compared with vLLM's.
 
 vLLM 0.26 (the newest on the GPU image's torch 2.11) reads the layout from `dspark_bonus_anchor`
 and sizes `fc` from `dflash_config.target_layer_ids`; our config.json writes both. It skips the
@@ -275,7 +277,8 @@ def gate(report: dict, stops: set[int], args) -> dict:
     # from its own cost table (and, in vLLM, a budget from the previous step's confidences): an
     # unverified slot counts as not accepted in both. vLLM's counters cannot say how many drafts
     # it verified (num_draft_tokens is the scheduler's count, before the worker trims the
-    # budget), so the two policies cannot be matched up: the comparisons are reported only.
+    # budget; the engine counts the same way and its verified count apart), so the two policies
+    # cannot be matched up: the comparisons are reported only.
     gated = {} if args.adaptive else checks
     for t in temps:
         rows = compare_acceptance(v[t], e[t], args.alpha / max(n_tests, 1))
@@ -291,12 +294,19 @@ def gate(report: dict, stops: set[int], args) -> dict:
     return checks
 
 
-def verified_per_draft(r: dict) -> float:
-    """Draft tokens counted per round: the engine counts the drafts it verified (fewer than N
-    under adaptive verification); vLLM 0.34 counts the drafts its scheduler scheduled, N per
-    round whatever adaptive verification then verifies (scheduler.py `make_spec_decoding_stats`
-    sees `len(scheduled_spec_token_ids)`; the trim is in the worker, `reallocate_drafts`)."""
+def scheduled_per_draft(r: dict) -> float:
+    """Draft tokens scheduled per draft, N whatever adaptive verification then verifies, in
+    both stacks: vLLM 0.34's scheduler counts `len(scheduled_spec_token_ids)` (scheduler.py
+    `make_spec_decoding_stats`; the trim is later, in the worker's `reallocate_drafts`) and the
+    engine's `num_draft_tokens` counts the same."""
     return r["draft_tokens"] / max(r["drafts"], 1)
+
+
+def verified_per_draft(r: dict) -> float | None:
+    """Draft tokens the target verified per draft (fewer than N under adaptive verification);
+    None for vLLM, whose counters do not report it."""
+    v = r.get("verified_draft_tokens")
+    return None if v is None else v / max(r["drafts"], 1)
 
 
 def main(argv=None) -> int:
@@ -356,8 +366,13 @@ def main(argv=None) -> int:
         )
         print("  per-position vLLM  ", " ".join(f"{x:.3f}" for x in v["per_position_rate"]))
         print("  per-position engine", " ".join(f"{x:.3f}" for x in e["per_position_rate"]))
-        lv, le = verified_per_draft(v), verified_per_draft(e)
-        print(f"  draft tokens per draft vLLM {lv:.3f} (scheduled) engine {le:.3f} (verified)")
+        lv, le = scheduled_per_draft(v), scheduled_per_draft(e)
+        ve = verified_per_draft(e)
+        verified = "n/a" if ve is None else f"{ve:.3f}"
+        print(
+            f"  draft tokens per draft: scheduled vLLM {lv:.3f} engine {le:.3f}; "
+            f"verified engine {verified} (vLLM does not report it)"
+        )
     report["checks"] = gate(report, stops, a)
     for t, rows in report["acceptance_tests"].items():
         for r in rows:

@@ -3,7 +3,10 @@
 A custom collector reads one `EngineStats.snapshot()` per scrape, so the numbers come from the
 engine's own counters (single source of truth) and all series of a scrape are consistent.
 Counters are exposed as prometheus_client renders counters, i.e. with a `_total` suffix
-(`vllm:spec_decode_num_drafts_total`), exactly as vLLM's own /metrics shows them.
+(`vllm:spec_decode_num_drafts_total`), exactly as vLLM's own /metrics shows them. Each vLLM
+name means what vLLM 0.34 means by it (`vllm:spec_decode_num_draft_tokens`: drafts scheduled,
+before adaptive verification); counters vLLM lacks carry our `dspark:` prefix
+(`dspark:spec_decode_num_verified_draft_tokens`: drafts the target verified).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from serve.engine import Engine
+from serve.engine.stats import VERIFIED_DRAFT_TOKENS
 from serve.watchdog import AcceptanceWatchdog, metric_families
 
 
@@ -54,9 +58,22 @@ class EngineCollector:
         if self.engine.num_spec == 0:
             return
         sp = s.spec
-        yield self._counter("vllm:spec_decode_num_drafts", "Draft rounds.", sp.num_drafts)
         yield self._counter(
-            "vllm:spec_decode_num_draft_tokens", "Draft tokens verified.", sp.num_draft_tokens
+            "vllm:spec_decode_num_drafts", "Drafts (one per request per round).", sp.num_drafts
+        )
+        # vLLM's meaning: drafts scheduled, N per draft, before adaptive verification trims
+        # them. What the target verified is ours alone, under our own prefix.
+        yield self._counter(
+            "vllm:spec_decode_num_draft_tokens",
+            "Draft tokens scheduled for verification (num_speculative_tokens per draft, "
+            "before adaptive verification trims them), as vLLM counts them.",
+            sp.num_draft_tokens,
+        )
+        yield self._counter(
+            VERIFIED_DRAFT_TOKENS,
+            "Draft tokens the target verified (after adaptive verification's trim; equal to "
+            "vllm:spec_decode_num_draft_tokens without it).",
+            sp.num_verified_draft_tokens or 0,
         )
         yield self._counter(
             "vllm:spec_decode_num_accepted_tokens", "Accepted draft tokens.", sp.num_accepted_tokens

@@ -113,7 +113,7 @@ class Engine:
         )
         self.scheduler = Scheduler(opts.max_num_seqs)
         self.requests: dict[str, Request] = {}
-        self.stats = EngineStats(SpecDecodeStats(self.num_spec))
+        self.stats = EngineStats(SpecDecodeStats(self.num_spec, num_verified_draft_tokens=0))
         self.stat_logger = StatLogger()
         self._ids = itertools.count()
         self._pending: list[RequestOutput] = []
@@ -356,7 +356,11 @@ class Engine:
         tokens = verdict.tokens.tolist()
         per_pos = verdict.accepted.sum(0).tolist()
         with self.stats.updating():
-            self.stats.spec.add(len(reqs), int(verify_len.sum()), sum(accepted), per_pos)
+            # Draft tokens as vLLM counts them: N scheduled per request, whatever adaptive
+            # verification then verified (counted apart).
+            scheduled = len(reqs) * self.num_spec
+            verified = int(verify_len.sum())
+            self.stats.spec.add(len(reqs), scheduled, sum(accepted), per_pos, verified)
             self.stats.time_backbone += prop.backbone_s
             self.stats.time_markov += prop.markov_s
             self.stats.time_verify += t1 - t0

@@ -2,8 +2,19 @@
 
 Speculative counters are pooled (sum, count) pairs, divided only when reported:
 mean acceptance length = 1 + num_accepted_tokens / num_drafts; per-position acceptance rate
-= num_accepted_tokens_per_pos[k] / num_drafts. One "draft" = one request in one round.
+= num_accepted_tokens_per_pos[k] / num_drafts; draft acceptance rate = num_accepted_tokens /
+num_draft_tokens. One "draft" = one request in one round; per-position counts are prefix counts
+(position k counts a draft whose first k+1 tokens were all accepted), as vLLM's
+`SpecDecodingStats.observe_draft` counts them.
 Acceptance is counted before stop/max_tokens truncation, as vLLM's rejection sampler does.
+
+Draft tokens mean what vLLM 0.34 means by `vllm:spec_decode_num_draft_tokens`: the tokens
+SCHEDULED for verification, N (num_speculative_tokens) per draft, before adaptive verification
+trims them (vLLM's scheduler counts `len(scheduled_spec_token_ids)`; the worker's
+`reallocate_drafts` trims later and reports nothing back). So the draft acceptance rate of the
+two stacks is the same quantity. The drafts the target actually verified are counted apart, in
+`num_verified_draft_tokens` (equal to num_draft_tokens without adaptive verification; None in
+counters read from vLLM, which does not report them).
 """
 
 from __future__ import annotations
@@ -16,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 logger = logging.getLogger("serve.engine")
+# Prometheus name of `num_verified_draft_tokens` (ours: vLLM has no such counter).
+VERIFIED_DRAFT_TOKENS = "dspark:spec_decode_num_verified_draft_tokens"
 
 
 @dataclass
@@ -25,16 +38,28 @@ class SpecDecodeStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    # Draft tokens the target verified (after adaptive trimming); None where not reported.
+    num_verified_draft_tokens: int | None = None
 
     def __post_init__(self):
         if not self.num_accepted_tokens_per_pos:
             self.num_accepted_tokens_per_pos = [0] * self.num_speculative_tokens
 
-    def add(self, drafts: int, draft_tokens: int, accepted: int, per_pos: Sequence[int]) -> None:
-        """Count one round: `drafts` requests offered `draft_tokens` in all, `accepted` of them
-        accepted, `per_pos[k]` requests accepted position k."""
+    def add(
+        self,
+        drafts: int,
+        draft_tokens: int,
+        accepted: int,
+        per_pos: Sequence[int],
+        verified_draft_tokens: int | None = None,
+    ) -> None:
+        """Count one round: `drafts` requests were scheduled `draft_tokens` in all (N each),
+        the target verified `verified_draft_tokens` of them (default: all), `accepted` were
+        accepted, `per_pos[k]` requests accepted positions 0..k."""
+        verified = draft_tokens if verified_draft_tokens is None else verified_draft_tokens
         self.num_drafts += drafts
         self.num_draft_tokens += draft_tokens
+        self.num_verified_draft_tokens = (self.num_verified_draft_tokens or 0) + verified
         self.num_accepted_tokens += accepted
         for k, c in enumerate(per_pos):
             self.num_accepted_tokens_per_pos[k] += int(c)
@@ -46,8 +71,17 @@ class SpecDecodeStats:
 
     @property
     def draft_acceptance_rate(self) -> float:
-        """accepted / draft tokens (0.0 when nothing was drafted)."""
+        """accepted / scheduled draft tokens, vLLM's "draft acceptance rate" (0.0 when nothing
+        was drafted)."""
         return self.num_accepted_tokens / max(self.num_draft_tokens, 1)
+
+    @property
+    def verified_acceptance_rate(self) -> float | None:
+        """accepted / verified draft tokens (None where the verified count is not reported,
+        0.0 when nothing was verified)."""
+        if self.num_verified_draft_tokens is None:
+            return None
+        return self.num_accepted_tokens / max(self.num_verified_draft_tokens, 1)
 
     def per_position_rate(self) -> list[float]:
         d = self.num_drafts or 1
@@ -66,21 +100,27 @@ class SpecDecodeStats:
         """The counts added after `before`, an earlier copy of these counters (one with no
         per-position list yet counts as zeros)."""
         last = before.num_accepted_tokens_per_pos or [0] * len(self.num_accepted_tokens_per_pos)
+        verified = self.num_verified_draft_tokens
+        if verified is not None:
+            verified -= before.num_verified_draft_tokens or 0
         return SpecDecodeStats(
             self.num_speculative_tokens,
             self.num_drafts - before.num_drafts,
             self.num_draft_tokens - before.num_draft_tokens,
             self.num_accepted_tokens - before.num_accepted_tokens,
             [a - b for a, b in zip(self.num_accepted_tokens_per_pos, last, strict=True)],
+            verified,
         )
 
     def report(self) -> dict:
-        """Drafts, draft tokens offered for verification (fewer than drafts x N under adaptive
-        verification), mean acceptance length, per-position (plain and conditional) rates and
-        the pooled counts behind them (accepted at k, reached k)."""
+        """Drafts, draft tokens scheduled (drafts x N, vLLM's num_draft_tokens), draft tokens
+        verified (fewer under adaptive verification; None where not reported), mean acceptance
+        length, per-position (plain and conditional) rates and the pooled counts behind them
+        (accepted at k, reached k)."""
         return {
             "drafts": self.num_drafts,
             "draft_tokens": self.num_draft_tokens,
+            "verified_draft_tokens": self.num_verified_draft_tokens,
             "accepted_per_pos": list(self.num_accepted_tokens_per_pos),
             "reached_per_pos": self.reached_per_pos(),
             "mean_acceptance_length": self.mean_acceptance_length,
@@ -95,6 +135,7 @@ class SpecDecodeStats:
             self.num_draft_tokens,
             self.num_accepted_tokens,
             list(self.num_accepted_tokens_per_pos),
+            self.num_verified_draft_tokens,
         )
 
 
@@ -132,7 +173,8 @@ class EngineStats:
 
 
 class StatLogger:
-    """Logs vLLM's "SpecDecoding metrics" line every `interval` seconds (deltas since the last)."""
+    """Logs vLLM's "SpecDecoding metrics" line every `interval` seconds (deltas since the last):
+    "Drafted" and the draft acceptance rate count scheduled draft tokens, as vLLM's line does."""
 
     def __init__(self, interval: float = 10.0):
         self.interval = interval
