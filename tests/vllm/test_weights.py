@@ -49,7 +49,7 @@ def loaded(random_target, vllm_workdir):
             vc = H.engine_config(
                 random_target, {"method": "dspark", "model": str(path), "num_speculative_tokens": n}
             )
-            cache[name] = (path, ours.eval(), H.load_draft(vc))
+            cache[name] = (path, ours.eval().to(H.DEVICE), H.load_draft(vc))
         return cache[name]
 
     return get
@@ -112,12 +112,12 @@ def test_head_functions_match_ours(loaded, variant):
     vm, cfg = draft.model, ours.config
     g = torch.Generator().manual_seed(0)
     m = 37
-    hidden = torch.randn(m, cfg.hidden_size, generator=g)
-    prev = torch.randint(0, cfg.vocab_size, (m,), generator=g)  # target ids
-    aux = torch.randn(m, cfg.fc_input_size, generator=g)
+    hidden = torch.randn(m, cfg.hidden_size, generator=g).to(H.DEVICE)
+    prev = torch.randint(0, cfg.vocab_size, (m,), generator=g).to(H.DEVICE)  # target ids
+    aux = torch.randn(m, cfg.fc_input_size, generator=g).to(H.DEVICE)
 
     def close(a, b, what):
-        torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL, msg=lambda s: f"{what}: {s}")
+        H.assert_close(a, b, what, ATOL, RTOL)
 
     close(
         vm.compute_draft_logits(hidden), ours.compute_draft_logits(hidden), "compute_draft_logits"
@@ -129,7 +129,7 @@ def test_head_functions_match_ours(loaded, variant):
         close(
             vm.compute_confidence(hidden, e_v), ours.compute_confidence(hidden, e_o), "confidence"
         )
-    draft_ids = torch.arange(cfg.draft_vocab)
+    draft_ids = torch.arange(cfg.draft_vocab, device=H.DEVICE)
     assert torch.equal(vm.map_draft_to_target(draft_ids), ours.map_draft_to_target(draft_ids))
     close(vm.combine_hidden_states(aux), ours.fc(aux), "fc (combine_hidden_states)")
     # Same logits shape and order: draft-id space, [M, Vd], not padded.
@@ -186,15 +186,14 @@ def test_load_dspark_model_shares_target_weights(random_target, vllm_workdir, va
     target, draft = H.load_target_and_draft(vc)
     assert (draft.model.embed_tokens is target.model.embed_tokens) == from_target
     assert (draft.lm_head is target.lm_head) == (from_target and vocab is None)
+    ours = ours.to(H.DEVICE)
     g = torch.Generator().manual_seed(4)
-    hidden = torch.randn(9, ours.config.hidden_size, generator=g)
-    ids = torch.randint(0, ours.config.vocab_size, (9,), generator=g)
-    torch.testing.assert_close(
-        draft.compute_draft_logits(hidden), ours.compute_draft_logits(hidden), atol=ATOL, rtol=RTOL
+    hidden = torch.randn(9, ours.config.hidden_size, generator=g).to(H.DEVICE)
+    ids = torch.randint(0, ours.config.vocab_size, (9,), generator=g).to(H.DEVICE)
+    H.assert_close(
+        draft.compute_draft_logits(hidden), ours.compute_draft_logits(hidden), "logits", ATOL, RTOL
     )
-    torch.testing.assert_close(
-        draft.model.embed_input_ids(ids), ours.embed_tokens(ids), atol=0.0, rtol=0.0
-    )
+    H.assert_close(draft.model.embed_input_ids(ids), ours.embed_tokens(ids), "embedding", 0.0, 0.0)
 
 
 @pytest.mark.parametrize("kind", ["gated", "rnn"])
