@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from serve.engine.stats import VERIFIED_DRAFT_TOKENS, SpecDecodeStats
+from serve.engine.stats import SpecDecodeStats, read_spec_counters
 
 DEFAULT_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number using memoization.",
@@ -53,50 +52,28 @@ DEFAULT_PROMPTS = (
     "Write a unit test with pytest for a function `slugify(title: str) -> str`.",
     "Give a brief history of the printing press and its effect on literacy in Europe.",
 )
-SPEC_COUNTERS = {
-    "vllm:spec_decode_num_drafts": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-}
-PER_POS_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
-
-
 # ---------------------------------------------------------------- /metrics
+
+# The pooled counters of `SpecDecodeStats`, in its argument order.
+SPEC_TOTALS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
 def parse_spec_decode_metrics(text: str) -> SpecDecodeStats | None:
-    """The spec-decode counters of a Prometheus exposition (`prometheus_client.parser`), summed
-    over label sets (engines); None if the server exports none (no speculative decoding, or not
-    vLLM-compatible metrics). `_created` samples are skipped; `_total` is optional."""
-    totals, per_pos, found = dict.fromkeys(SPEC_COUNTERS.values(), 0), {}, False
-    verified = None  # our engine's own counter; vLLM has none
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            base = sample.name.removesuffix("_total")
-            if base == VERIFIED_DRAFT_TOKENS:
-                verified = (verified or 0) + int(sample.value)
-                continue
-            if base == PER_POS_COUNTER:
-                pos = int(sample.labels["position"])
-                per_pos[pos] = per_pos.get(pos, 0) + int(sample.value)
-            elif base in SPEC_COUNTERS:
-                totals[SPEC_COUNTERS[base]] += int(sample.value)
-            else:
-                continue
-            found = True
-    if not found:
+    """The spec-decode counters of a Prometheus exposition (`read_spec_counters`), summed over
+    label sets (engines); None if the server exports none of vLLM's (no speculative decoding,
+    or not vLLM-compatible metrics); a counter it lacks counts 0."""
+    r = read_spec_counters(text)
+    totals = [r.totals.get(name) for name in SPEC_TOTALS]
+    if not r.per_pos and all(t is None for t in totals):
         return None
-    n = max(per_pos, default=-1) + 1
-    return SpecDecodeStats(
-        n,
-        totals["num_drafts"],
-        totals["num_draft_tokens"],
-        totals["num_accepted_tokens"],
-        [per_pos.get(k, 0) for k in range(n)],
-        verified,
-    )
+    n = max(r.per_pos, default=-1) + 1
+    drafts, draft_tokens, accepted = (t or 0 for t in totals)
+    per_pos = [r.per_pos.get(k, 0) for k in range(n)]
+    return SpecDecodeStats(n, drafts, draft_tokens, accepted, per_pos, r.verified)
 
 
 def spec_decode_delta(before: SpecDecodeStats | None, after: SpecDecodeStats | None) -> dict | None:

@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serve.engine.stats import VERIFIED_DRAFT_TOKENS, SpecDecodeStats
+from serve.engine.stats import SpecDecodeStats, read_spec_counters
 
 logger = logging.getLogger("serve.watchdog")
 EXPECTED_KEY = "expected_acceptance"
@@ -185,32 +185,20 @@ def metric_families(reading: WatchdogReading, model_name: str):
 
 
 def spec_stats_from_metrics(text: str) -> SpecDecodeStats | None:
-    """vLLM's cumulative spec-decode counters from a /metrics page (summed over label sets);
-    the verified draft count only from our server's page (vLLM exports none)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    totals: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    for fam in text_string_to_metric_families(text):
-        name = fam.name.removesuffix("_total")
-        for s in fam.samples:
-            if not s.name.endswith("_total") and fam.type == "counter":
-                continue  # the `_created` samples
-            if name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-                k = int(s.labels["position"])
-                per_pos[k] = per_pos.get(k, 0.0) + s.value
-            elif name.startswith("vllm:spec_decode_") or name == VERIFIED_DRAFT_TOKENS:
-                totals[name] = totals.get(name, 0.0) + s.value
-    if "vllm:spec_decode_num_drafts" not in totals or not per_pos:
+    """vLLM's cumulative spec-decode counters from a /metrics page (`read_spec_counters`:
+    summed over label sets); None without drafts or per-position counts; the verified draft
+    count only from our server's page (vLLM exports none)."""
+    r = read_spec_counters(text)
+    if "vllm:spec_decode_num_drafts" not in r.totals or not r.per_pos:
         return None
-    positions = [int(per_pos.get(k, 0)) for k in range(max(per_pos) + 1)]
+    positions = [r.per_pos.get(k, 0) for k in range(max(r.per_pos) + 1)]
     return SpecDecodeStats(
         len(positions),
-        int(totals["vllm:spec_decode_num_drafts"]),
-        int(totals.get("vllm:spec_decode_num_draft_tokens", 0)),
-        int(totals.get("vllm:spec_decode_num_accepted_tokens", sum(positions))),
+        r.totals["vllm:spec_decode_num_drafts"],
+        r.totals.get("vllm:spec_decode_num_draft_tokens", 0),
+        r.totals.get("vllm:spec_decode_num_accepted_tokens", sum(positions)),
         positions,
-        int(totals[VERIFIED_DRAFT_TOKENS]) if VERIFIED_DRAFT_TOKENS in totals else None,
+        r.verified,
     )
 
 

@@ -29,6 +29,40 @@ from dataclasses import dataclass, field
 logger = logging.getLogger("serve.engine")
 # Prometheus name of `num_verified_draft_tokens` (ours: vLLM has no such counter).
 VERIFIED_DRAFT_TOKENS = "dspark:spec_decode_num_verified_draft_tokens"
+PER_POS_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+@dataclass
+class SpecCounterReading:
+    """The spec-decode counters of one /metrics page, summed over label sets (engines)."""
+
+    totals: dict[str, int]  # "vllm:spec_decode_*" counter name (no `_total`) -> value
+    per_pos: dict[int, int]  # position -> accepted-at-position count
+    verified: int | None  # VERIFIED_DRAFT_TOKENS (our engine only; None on vLLM's page)
+
+
+def read_spec_counters(text: str) -> SpecCounterReading:
+    """Parse a Prometheus exposition with `prometheus_client.parser`: `_created` samples are
+    skipped, `_total` is optional. The one reader behind `serve.bench` and `serve.watchdog`,
+    which each decide what a page with missing counters means to them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, int] = {}
+    per_pos: dict[int, int] = {}
+    verified = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            name, value = sample.name.removesuffix("_total"), int(sample.value)
+            if name == PER_POS_COUNTER:
+                pos = int(sample.labels["position"])
+                per_pos[pos] = per_pos.get(pos, 0) + value
+            elif name == VERIFIED_DRAFT_TOKENS:
+                verified = (verified or 0) + value
+            elif name.startswith("vllm:spec_decode_"):
+                totals[name] = totals.get(name, 0) + value
+    return SpecCounterReading(totals, per_pos, verified)
 
 
 @dataclass
