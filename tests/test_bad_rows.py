@@ -40,6 +40,7 @@ def cfg(**kw):
         chat_template_kwargs={},
         on_bad_row="skip",
         max_bad_row_share=1.0,
+        num_proc=None,
     )
     return {**base, **kw}
 
@@ -97,6 +98,10 @@ def test_every_reason_is_counted_and_printed(tok, tmp_path, capsys):
     assert "line 5" in out and "line 6" in out  # unparseable lines are named by line number
     docs = sum(max(r) + 1 for r in ds["doc_ids"])
     assert docs == len(ROWS) - 8
+    # data.num_proc: the same rows and the same counts from worker processes.
+    multi = build_split(Cfg(cfg(chat_template=NO_TOOLS, num_proc=2)), str(path), tok, seed=0)
+    assert capsys.readouterr().out == out
+    assert multi.to_dict() == ds.to_dict()
 
 
 def test_strict_mode_stops_at_the_first_bad_line(tok, tmp_path):

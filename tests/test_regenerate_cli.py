@@ -129,3 +129,40 @@ def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
     assert seen[1]["enforce_eager"] is False and seen[1]["max_num_seqs"] == 64
     summary = json.loads((tmp_path / "b.jsonl.summary.json").read_text())
     assert summary["vllm_options_this_run"] == {"cuda_graphs": True, "max_num_seqs": 64}
+
+
+def test_deadline_stops_between_chunks_and_a_rerun_completes(target_dir, tmp_path, monkeypatch):
+    """No chunk starts after the deadline (the clock here advances 10 s per look): the file keeps
+    the whole chunks written before it, the CLI's summary counts the rows still missing, and a
+    rerun without a deadline writes exactly what an uninterrupted run writes."""
+    import itertools
+    import types
+
+    from train.data import regenerate as regen
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(chat(i)) + "\n" for i in range(5)))
+    args = ["--target", str(target_dir), "--data", str(data), "--backend", "hf"]
+    args += ["--max-new-tokens", "4", "--batch-size", "2"]
+    whole = tmp_path / "whole.jsonl"
+    assert main([*args, "--out", str(whole)]) == 0
+
+    out = tmp_path / "cut.jsonl"
+    clock = itertools.count(0.0, 10.0)
+    monkeypatch.setattr(regen, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    rows = [chat(i) for i in range(5)]
+    sampling = {"temperature": 0.7, "top_p": 0.8, "max_new_tokens": 4, "seed": 0}
+    # Looks at 0 s and 10 s start chunks; the look at 20 s is past the deadline of 15 s.
+    n = regen.regenerate_responses(
+        rows, str(target_dir), str(target_dir), sampling, out, 2, on_bad_row="skip", deadline=15.0
+    )
+    assert n == 4 and out.read_text() == "".join(whole.read_text().splitlines(True)[:4])
+    monkeypatch.undo()
+
+    assert main([*args, "--out", str(out), "--max-seconds", "0"]) == 0  # starts nothing
+    summary = json.loads((tmp_path / "cut.jsonl.summary.json").read_text())
+    assert summary["written_this_run"] == 0 and summary["source_rows_missing"] == 1
+    assert main([*args, "--out", str(out)]) == 0
+    assert out.read_text() == whole.read_text()
+    summary = json.loads((tmp_path / "cut.jsonl.summary.json").read_text())
+    assert summary["source_rows_missing"] == 0 and summary["max_seconds_this_run"] is None

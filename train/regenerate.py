@@ -3,7 +3,9 @@
 On-policy data for distillation (the paper regenerates every response with the target at T=0.7,
 top-p 0.8): each conversation's final assistant turn is dropped and the target writes its own
 (train/data/regenerate.py holds the contracts). The run is resumable: rerun the same command after a
-kill and only missing rows are generated. Beside OUT it writes OUT.summary.json (rows, tokens,
+kill and only missing rows are generated; `--max-seconds` starts no new chunk of `--batch-size`
+rows after that long (the running one finishes), so a run with a fixed time budget keeps what it
+wrote and a rerun goes on from there. Beside OUT it writes OUT.summary.json (rows, tokens,
 finish reasons, sampling, backend, seconds), which `train.distill` copies into the checkpoint's
 provenance when OUT is its `data.train`.
 """
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--max-seconds", type=float, default=None, help="start no new chunk after this long"
+    )
+    ap.add_argument(
         "--vllm-cuda-graphs", action="store_true", help="vllm backend: CUDA graphs (default eager)"
     )
     ap.add_argument("--vllm-max-num-seqs", type=int, default=None, help="vllm backend: batch cap")
@@ -48,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         "max_new_tokens": a.max_new_tokens,
         "seed": a.seed,
     }
+    if a.max_seconds is not None and a.max_seconds < 0:
+        ap.error(f"--max-seconds must be >= 0, got {a.max_seconds}")
     t0 = time.perf_counter()
+    deadline = None if a.max_seconds is None else time.monotonic() + a.max_seconds
     written = regenerate_responses(
         rows,
         a.target,
@@ -59,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         backend=a.backend,
         on_bad_row="skip",
         vllm_options=vllm_options,
+        deadline=deadline,
     )
     summary = summarize_regenerated(a.out, tokenizer)
     summary.update(
@@ -67,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         written_this_run=written,
         seconds_this_run=round(time.perf_counter() - t0, 1),
         vllm_options_this_run=vllm_options,
+        max_seconds_this_run=a.max_seconds,
+        source_rows_missing=len(rows) - summary["rows"],
     )
     Path(a.out + ".summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -63,6 +63,7 @@ class DataCfg:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     on_bad_row: str = "skip"  # skip: drop bad rows/turns, counted per reason | error: stop
     max_bad_row_share: float = 0.05  # a larger dropped share stops the run before training
+    num_proc: int | None = None  # processes that tokenize (datasets' num_proc); null: one
     regenerate: RegenerateCfg = field(default_factory=RegenerateCfg)
 
 

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 3: DSpark and DFlash at equal budget (configs/experiment/smollm2_*.yaml: same data,
-# steps, seed, draft size and draft vocabulary), side by side on the one GPU: each run is mostly
-# launch-bound at this size, so two processes finish in about the time of one. Extra args go to both.
+# SmolLM2, stage 3: distill drafts side by side on the one GPU (each run is mostly launch-bound at
+# this size, so two processes finish in about the time of one).
+#   bash scripts/gpu/smollm2_distill.sh [EXPERIMENT...] [HYDRA_OVERRIDE...]
+# EXPERIMENTs (configs/experiment/*.yaml; default: smollm2_dspark smollm2_dflash, DSpark and DFlash at
+# equal budget: same data, steps, seed, draft size and draft vocabulary); arguments with '=' are
+# Hydra overrides given to every run.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-for e in smollm2_dspark smollm2_dflash; do
-  python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false "$@" \
+EXPS=() OVERRIDES=()
+for a in "$@"; do case "$a" in *=*) OVERRIDES+=("$a") ;; *) EXPS+=("$a") ;; esac; done
+[ ${#EXPS[@]} -gt 0 ] || EXPS=(smollm2_dspark smollm2_dflash)
+for e in "${EXPS[@]}"; do
+  [ -f "configs/experiment/$e.yaml" ] || { echo "no configs/experiment/$e.yaml" >&2; exit 2; }
+done
+for e in "${EXPS[@]}"; do
+  python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false "${OVERRIDES[@]}" \
     >"$OUT/$e.log" 2>&1 &
 done
 wait; rc=0
-for e in smollm2_dspark smollm2_dflash; do
+for e in "${EXPS[@]}"; do
   tail -4 "$OUT/$e.log"
   cp outputs/$e/metrics.jsonl "$OUT/$e.metrics.jsonl" && cp outputs/$e/summary.json "$OUT/$e.summary.json" || rc=1
 done

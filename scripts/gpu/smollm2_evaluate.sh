@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 4 (~2 min): realized acceptance with the embedded engine, DSpark vs DFlash, T=0 and
-# T=1, on held-out ShareGPT prompts and HumanEval (the target answers; 256 new tokens).
+# SmolLM2, stage 4 (~2 min a draft): realized acceptance with the embedded engine, T=0 and T=1, on
+# held-out ShareGPT prompts and HumanEval (the target answers; 256 new tokens).
+#   bash scripts/gpu/smollm2_evaluate.sh [NAME=DRAFT_DIR...]
+# Default: DSpark vs DFlash at equal budget (dspark=outputs/smollm2_dspark/final
+# dflash=outputs/smollm2_dflash/final); the JSON is named after the drafts, e.g.
+# smollm2_dspark_vs_dflash.json, smollm2_dspark.json for one.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 D=artifacts/smollm2-data
+DRAFTS=("$@"); [ $# -gt 0 ] || DRAFTS=(dspark=outputs/smollm2_dspark/final dflash=outputs/smollm2_dflash/final)
+NAMES=("${DRAFTS[@]%%=*}"); NAME="smollm2_${NAMES[0]}"
+for n in "${NAMES[@]:1}"; do NAME+="_vs_$n"; done
 python3 scripts/eval_acceptance.py --target artifacts/smollm2-135m-instruct --device cuda \
-  --draft dspark=outputs/smollm2_dspark/final --draft dflash=outputs/smollm2_dflash/final \
+  "${DRAFTS[@]/#/--draft=}" \
   --prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl \
-  --num-prompts 96 --max-tokens 256 --batch 32 --json "$OUT/smollm2_dspark_vs_dflash.json"
+  --num-prompts 96 --max-tokens 256 --batch 32 --json "$OUT/$NAME.json"

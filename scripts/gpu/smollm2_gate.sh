@@ -6,9 +6,10 @@
 # vllm034_gate.json the same way, then vllm034_gate_adaptive.json with adaptive verification on in
 # both stacks (each scheduling from its own profiled step costs; CUDA graphs, which vLLM needs for it)
 # on 96 prompts x 128 tokens (about 5.8k drafts per temperature: MDD at position 0 about 0.04).
-# A second argument sets the first gate's prompts (default 128); a third, `plain`, skips the second gate.
+# A second argument sets the first gate's prompts (default 128); a third, `plain`, skips the second gate;
+# a fourth, the draft (default outputs/smollm2_dspark/final).
 set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data
-export TARGET=artifacts/smollm2-135m-instruct DRAFT=outputs/smollm2_dspark/final
+export TARGET=artifacts/smollm2-135m-instruct DRAFT="${4:-outputs/smollm2_dspark/final}"
 PROMPTS=(--prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl)
 ARGS=(--num-prompts "${2:-128}" --max-tokens 192 "${PROMPTS[@]}")
 case "${1:-0.26}" in

@@ -1,39 +1,65 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 2 (~7 min on 2026-12-03): the target answers the train and held-out ShareGPT prompts
-# itself with vLLM (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
-# REGEN_SAMPLES=K writes each train prompt K times: every row has its own seed, so K answers per
-# prompt (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
-# REGEN_CUDA_GRAPHS=1 runs vLLM with CUDA graphs and 1024 running requests (eager: 9.8k tokens/s,
-# launch-bound at this model size; the graph run's rate was not measured yet).
+# SmolLM2, stage 2: the target answers the train and held-out ShareGPT prompts itself with vLLM
+# (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
+#   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs] [--max-seconds S]
+# --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
+#   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
+# --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
+# --cuda-graphs (env REGEN_CUDA_GRAPHS=1): CUDA graphs and 1024 running requests (eager: 9.8k
+#   tokens/s on 2026-12-03, launch-bound at this model size).
+# --max-seconds S: no new chunk of 4,096 prompts starts after S seconds (engine start included); what
+#   was written is kept and split as usual. The prompt file lists the held-out prompts first, then
+#   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
+#   prompt's first answers.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-BACKEND="${REGEN_BACKEND:-vllm}"; [ "$BACKEND" = vllm ] && wait_for_vllm
+SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --samples) SAMPLES=$2; shift 2 ;;
+    --vllm) SERIES=$2; shift 2 ;;
+    --cuda-graphs) GRAPHS=1; shift ;;
+    --max-seconds) MAX_SECONDS=$2; shift 2 ;;
+    *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$SERIES" in
+  0.26) wait_for_vllm ;;
+  0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 ;;
+  *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;;
+esac
 D=artifacts/smollm2-data
-REGEN_SAMPLES="${REGEN_SAMPLES:-1}" python3 - <<'PY'  # one input file for both splits; prompts
-import json, os  # over 1536 tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
+REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536
+import json, os  # tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
 from transformers import AutoTokenizer
 from scripts.eval_acceptance import prompt_messages
 D = "artifacts/smollm2-data"
 tok = AutoTokenizer.from_pretrained("artifacts/smollm2-135m-instruct")
-kept, dropped = {}, {}
+kept, dropped, rows = {}, {}, {}
+for split in ("heldout", "train"):
+    rows[split] = []
+    for line in open(f"{D}/sharegpt-{split}.jsonl"):
+        row = json.loads(line)
+        n = len(tok.apply_chat_template(
+            prompt_messages(row), add_generation_prompt=True, return_dict=True
+        )["input_ids"])
+        if n > 1536:
+            dropped[split] = dropped.get(split, 0) + 1
+            continue
+        kept[split] = kept.get(split, 0) + 1
+        rows[split].append({**row, "split": split})
 with open(f"{D}/prompts.jsonl", "w") as out:
-    for split in ("train", "heldout"):
-        for line in open(f"{D}/sharegpt-{split}.jsonl"):
-            row = json.loads(line)
-            n = len(tok.apply_chat_template(
-                prompt_messages(row), add_generation_prompt=True, return_dict=True
-            )["input_ids"])
-            if n > 1536:
-                dropped[split] = dropped.get(split, 0) + 1
-                continue
-            kept[split] = kept.get(split, 0) + 1
-            for _ in range(int(os.environ["REGEN_SAMPLES"]) if split == "train" else 1):
-                out.write(json.dumps({**row, "split": split}) + "\n")
-print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}")
+    for row in rows["heldout"]:
+        out.write(json.dumps(row) + "\n")
+    for _ in range(int(os.environ["REGEN_SAMPLES"])):
+        for row in rows["train"]:
+            out.write(json.dumps(row) + "\n")
+print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
+      f"{os.environ['REGEN_SAMPLES']} answers per train prompt")
 PY
 python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
-  --out $D/all.regen.jsonl --backend "$BACKEND" ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
-  --batch-size 4096 ${REGEN_CUDA_GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 1024} \
-  2>&1 | grep -v "it/s\]"
+  --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
+  --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 1024} \
+  ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep -v "it/s\]"
 python3 - <<'PY'
 import json
 D = "artifacts/smollm2-data"

@@ -3,11 +3,13 @@
 # target-only vs the DSpark draft, T=0, `serve.bench` at concurrency 1, 8 and 32 on held-out ShareGPT
 # prompts (<= 768 tokens, chat template applied here; 256 new tokens). serve.bench times the first
 # token (prefill) apart from the rest (TPOT): decode speed-up = TPOT target-only / TPOT DSpark.
-#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34]
+#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain]
 # 0.26 (default): vLLM 0.26 from /tmp/vsite (vllm_install.sh). 0.34: the serving pin from /tmp/v34site
-# (vllm034_install.sh), one more row: the draft with adaptive verification (confidence head).
+# (vllm034_install.sh), one more row unless `plain`: the draft with adaptive verification (confidence
+# head). DRAFT_DIR: default outputs/smollm2_dspark/final.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-VLLM_SERIES="${1:-0.26}"
+VLLM_SERIES="${1:-0.26}" DRAFT="${2:-outputs/smollm2_dspark/final}" PLAIN="${3:-}"
+[ -f "$DRAFT/config.json" ] || { echo "no draft checkpoint at $DRAFT" >&2; exit 2; }
 case "$VLLM_SERIES" in
   0.26) wait_for_vllm || exit 1 ;;
   0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1 ;;
@@ -53,7 +55,7 @@ serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
   kill $pid 2>/dev/null; wait $pid 2>/dev/null; sleep 3
 }
 serve_and_bench target_only null 8011
-serve_and_bench dspark outputs/smollm2_dspark/final 8012
-[ "$VLLM_SERIES" = 0.34 ] &&
-  serve_and_bench dspark_adaptive outputs/smollm2_dspark/final 8013 adaptive_verification=true
+serve_and_bench dspark "$DRAFT" 8012
+[ "$VLLM_SERIES" = 0.34 ] && [ "$PLAIN" != plain ] &&
+  serve_and_bench dspark_adaptive "$DRAFT" 8013 adaptive_verification=true
 python3 scripts/vllm_speedup_table.py "$OUT" | tee "$OUT/vllm_speedup.txt"

@@ -30,6 +30,8 @@ def build_dataset(
 ) -> datasets.Dataset:
     """Raw rows -> Dataset of `[seq_len]` rows with `input_ids`, `loss_mask`, `position_ids`,
     `doc_ids` (contract in pack.py). `packing` is "pack" or "bucket"; deterministic given `seed`.
+    `num_proc` processes tokenize; packing stays in one, since each process would pack its own
+    shard's windows apart: the rows are the same whatever `num_proc`.
     `report` (a `DataReport`) collects what was dropped or changed, per reason."""
     samples = tokenize_rows(
         rows,
@@ -47,6 +49,5 @@ def build_dataset(
         mode=packing,
         seed=seed,
         long_sample=long_sample,
-        num_proc=num_proc,
         report=report,
     )

@@ -128,7 +128,6 @@ def pack_samples(
     long_sample: str = "truncate",
     window: int = 1000,
     max_open_rows: int = 64,
-    num_proc: int | None = None,
     report=None,
 ) -> datasets.Dataset:
     """Samples (`input_ids`, `loss_mask` lists) -> Dataset of `[seq_len]` rows (see module doc)."""
@@ -155,6 +154,5 @@ def pack_samples(
         },
         remove_columns=samples.column_names,
         features=row_features(seq_len),
-        num_proc=num_proc,
         desc=f"{mode} to {seq_len}",
     )

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 
 from train.data.regen_backends import HFGenerator, VLLMGenerator
@@ -141,13 +142,15 @@ def regenerate_responses(
     template_kwargs: dict | None = None,
     on_bad_row: str = "error",
     vllm_options: dict | None = None,
+    deadline: float | None = None,
 ) -> int:
     """Regenerate rows not yet in `out_path` (see module doc); returns the number of rows written.
 
     `model`: a loaded HF causal LM or a path (hf loads it; vllm needs a path). `tokenizer`: the
     target tokenizer (instance or path), used for the chat template. `template_kwargs` go to the
     chat template (e.g. {"enable_thinking": False}). `vllm_options`: `VLLMGenerator`'s
-    `cuda_graphs` / `max_num_seqs` (vllm backend only).
+    `cuda_graphs` / `max_num_seqs` (vllm backend only). `deadline`: a `time.monotonic()` after
+    which no further chunk starts (the one running finishes); a rerun resumes from there.
     """
     sampling = _sampling(sampling)
     if on_bad_row not in ("error", "skip"):
@@ -177,6 +180,9 @@ def regenerate_responses(
     try:
         with open(out_path, "a", encoding="utf-8") as out:
             for chunk in todo:
+                if deadline is not None and time.monotonic() >= deadline:
+                    log.warning("deadline: %d rows written, the rest left for a rerun", written)
+                    break
                 prompts, indices = [p for _, _, p in chunk], [i for i, _, _ in chunk]
                 results = generate(prompts, indices, chunk_index=indices[0] // batch_size)
                 for (i, msgs, _), (text, finish) in zip(chunk, results):
