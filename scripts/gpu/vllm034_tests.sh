@@ -4,6 +4,7 @@
 # image's CUDA torch 2.14 from /tmp/v34site. Writes $OUT/vllm034_tests.txt and a JUnit XML.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1
-timeout 420 python3 -m pytest tests/vllm -m vllm -o addopts="" -p no:cacheprovider -q -rfEs \
+# -v: one line per test as it ends, so a poll of a run that is cut short still names each result.
+timeout 420 python3 -m pytest tests/vllm -m vllm -o addopts="" -p no:cacheprovider -v -rfEs \
   --junitxml "$OUT/vllm034_tests.xml" 2>&1 | tee "$OUT/vllm034_tests.txt"
 exit "${PIPESTATUS[0]}"

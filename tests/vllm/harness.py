@@ -165,7 +165,13 @@ def derived(vc: VllmConfig) -> dict:
         "target": vc.model_config.model,
         "draft": sc.draft_model_config.model,
         "num_speculative_tokens": sc.num_speculative_tokens,
-        "parallel_drafting": sc.parallel_drafting,
+        # 0.32 sets the flag for dspark; 0.34 deprecates it (None: "dflash and dspark always
+        # draft in parallel", SpeculativeConfig.__post_init__), so there the method decides.
+        "parallel_drafting": (
+            sc.parallel_drafting
+            if sc.parallel_drafting is not None
+            else sc.method in ("dflash", "dspark")
+        ),
         # DSparkSpeculator.__init__: getattr(hf_config, "sample_from_anchor", True)
         "sample_from_anchor": getattr(hf, "sample_from_anchor", True),
         # the target layers whose outputs the runner captures (EAGLE-3 aux ids = layer id + 1)
