@@ -166,3 +166,27 @@ def test_deadline_stops_between_chunks_and_a_rerun_completes(target_dir, tmp_pat
     assert out.read_text() == whole.read_text()
     summary = json.loads((tmp_path / "cut.jsonl.summary.json").read_text())
     assert summary["source_rows_missing"] == 0 and summary["max_seconds_this_run"] is None
+
+
+def test_a_prompt_shared_by_rows_is_tokenized_once(target_dir):
+    """Six answers per prompt cost one chat-template render per distinct prompt, and every row
+    still gets the ids a render of its own would give."""
+    from train.data import regenerate as regen
+
+    tok = make_tokenizer()
+    calls = []
+    render = tok.apply_chat_template
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return render(*a, **kw)
+
+    tok.apply_chat_template = counting
+    rows = [chat(i) for i in range(3)] * 6
+    chunks, skipped = regen._chunks(rows, 4, tok, {}, "skip")
+    assert not skipped and len(calls) == 3
+    flat = [entry for chunk in chunks for entry in chunk]
+    assert [i for i, _, _ in flat] == list(range(18))
+    for i, msgs, ids in flat:
+        own = render(msgs, add_generation_prompt=True, return_dict=True)["input_ids"]
+        assert ids == list(own) and msgs == regen._prompt(rows[i], i)

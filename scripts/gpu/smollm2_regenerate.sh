@@ -59,7 +59,7 @@ PY
 python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
   --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 1024} \
-  ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep -v "it/s\]"
+  ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep --line-buffered -v "it/s\]"
 python3 - <<'PY'
 import json
 D = "artifacts/smollm2-data"

@@ -21,6 +21,8 @@ import os
 import time
 from collections.abc import Sequence
 
+from tqdm.auto import tqdm
+
 from train.data.regen_backends import HFGenerator, VLLMGenerator
 from train.data.rows import BadRowError, normalize_row
 
@@ -94,8 +96,9 @@ def _prompt(row, index: int) -> list[dict]:
 
 
 def _chunks(rows, batch_size, tokenizer, template_kwargs, on_bad_row):
-    """Fixed chunks `[c*B, (c+1)*B)` of (row index, prompt messages, prompt token ids)."""
-    chunks, skipped = [], []
+    """Fixed chunks `[c*B, (c+1)*B)` of (row index, prompt messages, prompt token ids). A prompt
+    that several rows share (several answers per prompt) is rendered and tokenized once."""
+    chunks, skipped, rendered = [], [], {}
     for start in range(0, len(rows), batch_size):
         chunk = []
         for i in range(start, min(start + batch_size, len(rows))):
@@ -106,10 +109,14 @@ def _chunks(rows, batch_size, tokenizer, template_kwargs, on_bad_row):
                     raise
                 skipped.append(str(e))
                 continue
-            ids = tokenizer.apply_chat_template(
-                msgs, add_generation_prompt=True, return_dict=True, **template_kwargs
-            )["input_ids"]
-            chunk.append((i, msgs, list(ids)))
+            key = json.dumps(msgs, sort_keys=True, ensure_ascii=False)
+            if key not in rendered:
+                rendered[key] = list(
+                    tokenizer.apply_chat_template(
+                        msgs, add_generation_prompt=True, return_dict=True, **template_kwargs
+                    )["input_ids"]
+                )
+            chunk.append((i, msgs, rendered[key]))
         if chunk:
             chunks.append(chunk)
     return chunks, skipped
@@ -177,6 +184,7 @@ def regenerate_responses(
     else:
         generate = HFGenerator(model, tokenizer, sampling)
     written = 0
+    bar = tqdm(total=sum(len(c) for c in todo), unit="row", desc="regenerate")
     try:
         with open(out_path, "a", encoding="utf-8") as out:
             for chunk in todo:
@@ -200,7 +208,9 @@ def regenerate_responses(
                     out.write(json.dumps(row, ensure_ascii=False) + "\n")
                     written += 1
                 out.flush()
+                bar.update(len(chunk))
     finally:
+        bar.close()
         generate.close()
     return written
 
