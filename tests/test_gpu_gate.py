@@ -32,7 +32,9 @@ def greedy(target, prompts, n=6):
     return outs
 
 
-ARGS = argparse.Namespace(tie_tol=1e-3, alpha=0.01, max_mdd=0.05, tau_rel_tol=0.05, adaptive=False)
+ARGS = argparse.Namespace(
+    tie_tol=1e-3, alpha=0.01, max_mdd=0.05, tau_rel_tol=0.05, adaptive=False, matched_schedule=False
+)
 
 
 def counts(drafts, accepted):
@@ -113,6 +115,14 @@ def test_adaptive_gate_gates_greedy_only_and_reports_acceptance():
     }
     assert not r["adaptive_reported_not_gated"]["per_pos_acceptance_equal_T0.0"]
     assert not any("verified" in k for k in r["adaptive_reported_not_gated"])
+    # With the schedulers matched (one request at a time, vLLM's costs and budget lag in the
+    # engine) the acceptance checks are gated again, and this drift fails.
+    r.pop("adaptive_reported_not_gated")
+    matched = gate(
+        r, set(), argparse.Namespace(**{**vars(ARGS), "adaptive": True, "matched_schedule": True})
+    )
+    assert set(matched) == set(plain) and not matched["per_pos_acceptance_equal_T0.0"]
+    assert "adaptive_reported_not_gated" not in r
 
 
 def test_two_proportion_test_matches_chi_square_and_mdd_has_the_stated_power():
@@ -193,7 +203,13 @@ def test_vllm_side_seeds_each_request_as_the_engine_side_does(monkeypatch):
     monkeypatch.setattr(common.spec_config, "speculative_config", lambda *a, **k: {"x": 1})
     monkeypatch.setattr("scripts.gpu.vllm_vs_engine.free", lambda llm: None)
     prompts = [[1, 2], [3], [4, 5, 6]]
-    args = argparse.Namespace(vllm_dtype="float32", cuda_graphs=False, max_tokens=4, adaptive=False)
+    args = argparse.Namespace(
+        vllm_dtype="float32",
+        cuda_graphs=False,
+        max_tokens=4,
+        adaptive=False,
+        matched_schedule=False,
+    )
     run_vllm("t", "d", prompts, args)
     spec_calls = [seeds for spec, seeds in calls if spec]
     assert [s[0][0] for s in spec_calls] == [0.0, 1.0]
@@ -209,3 +225,23 @@ def test_vllm_side_seeds_each_request_as_the_engine_side_does(monkeypatch):
 
     evaluate(Engine(), prompts, 1.0, 4, seed=0)
     assert spec_calls[1] == calls[-1][1] == [(1.0, 0), (1.0, 1), (1.0, 2)]
+
+
+def test_vllm_cost_tables_are_read_from_the_worker():
+    """--matched-schedule reads vLLM's profiled tables where vLLM 0.34 keeps them (the worker's
+    model_runner.adaptive_verification.cost_tables), and refuses a worker without them."""
+    import types
+
+    import pytest
+
+    from scripts.gpu.vllm_vs_engine import vllm_cost_tables
+
+    def llm_with(runner):
+        worker = types.SimpleNamespace(model_runner=runner)
+        return types.SimpleNamespace(collective_rpc=lambda fn: [fn(worker)])
+
+    manager = types.SimpleNamespace(cost_tables=(np.array([0.0, 1.5]), np.array([0.0, 2.0, 2.5])))
+    got = vllm_cost_tables(llm_with(types.SimpleNamespace(adaptive_verification=manager)))
+    assert got == [[0.0, 1.5], [0.0, 2.0, 2.5]]
+    with pytest.raises(RuntimeError, match="no adaptive-verification cost tables"):
+        vllm_cost_tables(llm_with(types.SimpleNamespace(adaptive_verification=None)))

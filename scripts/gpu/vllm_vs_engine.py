@@ -39,6 +39,12 @@ not accepted, so equal acceptance is not expected. Draft tokens count the same t
 sides (scheduled, N per draft: vLLM's scheduler counts before its worker trims, and the engine's
 num_draft_tokens follows it); only the engine also reports what it verified
 (`verified_draft_tokens`), so verify lengths cannot be compared with vLLM's.
+`--adaptive --matched-schedule`: the two schedulers made to decide alike, so every check is gated
+as in the plain gate. One request at a time in both stacks (max_num_seqs 1: the engine's padded
+verify batch is then exactly vLLM's token count); the engine prices steps with vLLM's own cost
+tables, read from vLLM's worker after its start-up profile (`collective_rpc`; saved beside --json
+as PaddedCostTable) and takes the budget from each request's previous round's confidences
+(`adaptive_budget_confidence="previous"`), as vLLM's host-side budget does.
 
 vLLM 0.26 (the newest on the GPU image's torch 2.11) reads the layout from `dspark_bonus_anchor`
 and sizes `fc` from `dflash_config.target_layer_ids`; our config.json writes both. It skips the
@@ -138,6 +144,11 @@ def spec_counters(metrics):
     return c
 
 
+def max_num_seqs(args) -> int:
+    """Running requests in both stacks: 1 under --matched-schedule (see the module doc)."""
+    return 1 if args.matched_schedule else 16
+
+
 def vllm_llm(target: str, args, speculative_config: dict | None):
     from vllm import LLM
 
@@ -146,12 +157,30 @@ def vllm_llm(target: str, args, speculative_config: dict | None):
         dtype=args.vllm_dtype,
         max_model_len=2048,
         gpu_memory_utilization=0.3,
-        max_num_seqs=16,
+        max_num_seqs=max_num_seqs(args),
         enforce_eager=not args.cuda_graphs,
         disable_log_stats=False,
         seed=0,
         speculative_config=speculative_config,
     )
+
+
+def vllm_cost_tables(llm) -> list[list[float]]:
+    """vLLM 0.34's adaptive-verification cost tables, [draft ms by request count, verify ms by
+    token count], as its worker profiled them at start-up."""
+
+    def read(worker):
+        manager = getattr(getattr(worker, "model_runner", None), "adaptive_verification", None)
+        tables = None if manager is None else manager.cost_tables
+        return None if tables is None else [[float(x) for x in t] for t in tables]
+
+    got = llm.collective_rpc(read)[0]
+    if got is None:
+        raise RuntimeError(
+            "vLLM's worker has no adaptive-verification cost tables: is "
+            "enable_adaptive_verification on, on vLLM 0.34's GPU model runner?"
+        )
+    return got
 
 
 def request_params(sampling_params_cls, n: int, temperature: float, max_tokens: int, seed=0):
@@ -189,6 +218,8 @@ def run_vllm(target, draft, prompts, args) -> dict:
     spec = speculative_config(read_config(draft), draft, adaptive_verification=args.adaptive)
     res["speculative_config"] = spec
     llm = vllm_llm(target, args, spec)
+    if args.matched_schedule:
+        res["cost_tables"] = vllm_cost_tables(llm)
     for t in TEMPERATURES:
         before = spec_counters(llm.get_metrics())
         outs = llm.generate(inputs, request_params(SamplingParams, len(inputs), t, args.max_tokens))
@@ -200,9 +231,29 @@ def run_vllm(target, draft, prompts, args) -> dict:
     return res
 
 
-def run_engine(target, draft, prompts, args) -> dict:
+def matched_cost_table(vllm_res: dict, args) -> str:
+    """vLLM's cost tables as the engine's padded table for one request (saved beside --json)."""
+    from common.sampling.draft_budget import PaddedCostTable
+
+    draft_ms, verify_ms = vllm_res["cost_tables"]
+    n = vllm_res["speculative_config"]["num_speculative_tokens"]
+    table = PaddedCostTable.from_vllm_tables(
+        draft_ms, verify_ms, max_num_reqs=1, num_drafts=n, meta={"from": "vLLM's worker"}
+    )
+    path = Path(args.json or "gate.json").with_suffix(".cost_table.json")
+    table.save(path)
+    return str(path)
+
+
+def run_engine(target, draft, prompts, args, vllm_res: dict) -> dict:
     from serve.engine import Engine, EngineOptions
 
+    matched = {}
+    if args.matched_schedule:
+        matched = {
+            "cost_table": matched_cost_table(vllm_res, args),
+            "adaptive_budget_confidence": "previous",
+        }
     opts = EngineOptions(
         target=target,
         checkpoint=draft,
@@ -210,8 +261,9 @@ def run_engine(target, draft, prompts, args) -> dict:
         dtype=args.engine_dtype,
         draft_sampling="probabilistic",
         adaptive_verification=args.adaptive,
-        max_num_seqs=16,
+        max_num_seqs=max_num_seqs(args),
         max_model_len=2048,
+        **matched,
     )
     eng = Engine.from_options(opts)
     return {str(t): evaluate(eng, prompts, t, args.max_tokens, seed=0) for t in TEMPERATURES}
@@ -279,7 +331,7 @@ def gate(report: dict, stops: set[int], args) -> dict:
     # it verified (num_draft_tokens is the scheduler's count, before the worker trims the
     # budget; the engine counts the same way and its verified count apart), so the two policies
     # cannot be matched up: the comparisons are reported only.
-    gated = {} if args.adaptive else checks
+    gated = {} if args.adaptive and not args.matched_schedule else checks
     for t in temps:
         rows = compare_acceptance(v[t], e[t], args.alpha / max(n_tests, 1))
         report["acceptance_tests"][t] = rows
@@ -289,7 +341,7 @@ def gate(report: dict, stops: set[int], args) -> dict:
         )
         tv, te = v[t]["mean_acceptance_length"], e[t]["mean_acceptance_length"]
         gated[f"tau_within_rel_tol_T{t}"] = abs(tv - te) <= args.tau_rel_tol * te
-    if args.adaptive:
+    if args.adaptive and not args.matched_schedule:
         report["adaptive_reported_not_gated"] = gated
     return checks
 
@@ -327,10 +379,17 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", help="HF reference and engine device")
     ap.add_argument("--cuda-graphs", action="store_true", help="vLLM without enforce_eager")
     ap.add_argument("--adaptive", action="store_true", help="adaptive verification in both stacks")
+    ap.add_argument(
+        "--matched-schedule",
+        action="store_true",
+        help="with --adaptive: one request at a time, vLLM's cost tables and budget lag",
+    )
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     if a.adaptive and not a.cuda_graphs:
         ap.error("--adaptive needs --cuda-graphs (vLLM verifies adaptively only with CUDA graphs)")
+    if a.matched_schedule and not a.adaptive:
+        ap.error("--matched-schedule matches the adaptive schedulers: it needs --adaptive")
     files = parse_prompt_files(a.prompts)
     prompts = prompts_of(a.target, a.num_prompts, files, a.max_prompt_tokens)
     stops = stop_ids(a.target)
@@ -345,10 +404,11 @@ def main(argv=None) -> int:
         "dtypes": {"vllm": a.vllm_dtype, "engine_and_hf": a.engine_dtype},
         "stripped": ["embed_tokens.weight"] if a.strip_embed else [],
         "adaptive_verification": a.adaptive,
+        "matched_schedule": a.matched_schedule,
         "vllm": run_vllm(a.target, served, prompts, a),
         "hf_greedy": hf_greedy(a.target, prompts, a.max_tokens, a.engine_dtype, a.device),
     }
-    report["engine"] = run_engine(a.target, a.draft, prompts, a)
+    report["engine"] = run_engine(a.target, a.draft, prompts, a, report["vllm"])
     vllm_runs = report["vllm"]  # raw outputs: both stop the same way, so a stop id is a pick
     report["vllm_greedy_partings"] = partings(
         vllm_runs["0.0"]["outputs"], vllm_runs["target_only_greedy"], prompts, a.target, a.device
