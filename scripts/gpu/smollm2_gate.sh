@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 7 (~3 min): the vLLM-vs-engine gate (scripts/gpu/vllm_vs_engine.py, criteria in its
-# docstring) on 128 held-out prompts (ShareGPT and HumanEval interleaved), float32.
-#   bash scripts/gpu/smollm2_gate.sh [0.26|0.34] [NUM_PROMPTS [plain]]
+# SmolLM2, stage 7 (~3 min a gate): the vLLM-vs-engine gate (scripts/gpu/vllm_vs_engine.py, criteria in
+# its docstring) on held-out prompts (ShareGPT and HumanEval interleaved), float32.
+#   bash scripts/gpu/smollm2_gate.sh [0.26|0.34] [NUM_PROMPTS [plain|adaptive|both [DRAFT]]]
 # 0.26 (default): vllm_gate.json, every draft verified. 0.34 (the serving pin, vllm034_install.sh):
-# vllm034_gate.json the same way, then vllm034_gate_adaptive.json with adaptive verification on in
-# both stacks (each scheduling from its own profiled step costs; CUDA graphs, which vLLM needs for it)
-# on 96 prompts x 128 tokens (about 5.8k drafts per temperature: MDD at position 0 about 0.04).
-# A second argument sets the first gate's prompts (default 128); a third, `plain`, skips the second gate;
-# a fourth, the draft (default outputs/smollm2_dspark/final).
+# `plain` vllm034_gate.json the same way (NUM_PROMPTS, default 128, x 192 tokens); `adaptive`
+# vllm034_gate_adaptive.json with adaptive verification on in both stacks and the schedulers
+# matched (--matched-schedule: one request at a time, vLLM's own cost tables and budget lag in the
+# engine; CUDA graphs, which vLLM needs for it) on 96 prompts x 128 tokens (about 5.8k drafts per
+# temperature: MDD at position 0 about 0.04); `both` (default) one then the other.
+# DRAFT: default outputs/smollm2_dspark/final.
 set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data
 export TARGET=artifacts/smollm2-135m-instruct DRAFT="${4:-outputs/smollm2_dspark/final}"
 PROMPTS=(--prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl)
 ARGS=(--num-prompts "${2:-128}" --max-tokens 192 "${PROMPTS[@]}")
+WHICH="${3:-both}"
+case "$WHICH" in plain|adaptive|both) ;; *) echo "third argument: plain, adaptive or both" >&2; exit 2 ;; esac
 case "${1:-0.26}" in
   0.26) bash scripts/gpu/vllm_gate.sh "${ARGS[@]}" ;;
   0.34)
     source scripts/gpu/env.sh; source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1
-    export VLLM_SITE=/tmp/v34site
-    GATE_NAME=vllm034_gate bash scripts/gpu/vllm_gate.sh "${ARGS[@]}"; rc=$?
-    [ "${3:-}" = plain ] && exit $rc
-    GATE_NAME=vllm034_gate_adaptive bash scripts/gpu/vllm_gate.sh --num-prompts 96 \
-      --max-tokens 128 "${PROMPTS[@]}" --adaptive --cuda-graphs || rc=1
+    export VLLM_SITE=/tmp/v34site; rc=0
+    if [ "$WHICH" != adaptive ]; then
+      GATE_NAME=vllm034_gate bash scripts/gpu/vllm_gate.sh "${ARGS[@]}" || rc=1
+    fi
+    if [ "$WHICH" != plain ]; then
+      GATE_NAME=vllm034_gate_adaptive bash scripts/gpu/vllm_gate.sh --num-prompts 96 \
+        --max-tokens 128 "${PROMPTS[@]}" --adaptive --cuda-graphs --matched-schedule || rc=1
+    fi
     exit $rc ;;
-  *) echo "usage: smollm2_gate.sh [0.26|0.34]" >&2; exit 2 ;;
+  *) echo "usage: smollm2_gate.sh [0.26|0.34] [NUM_PROMPTS [plain|adaptive|both [DRAFT]]]" >&2; exit 2 ;;
 esac
