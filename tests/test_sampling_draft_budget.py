@@ -179,3 +179,107 @@ def test_padded_cost_prices_the_longest_prefix():
     assert plan_budgeted_verify_lengths(conf, table).tolist() == [2, 1]
     flat = PaddedCostTable([10.0] * 3, [[1.0] * 5] * 3, {})
     assert plan_budgeted_verify_lengths(conf, flat).tolist() == [3, 3]
+
+
+# ------------------------------------------------------------------ vLLM's tables, vLLM's lag
+def test_from_vllm_tables_prices_a_dense_batch_by_its_token_count():
+    draft_table = 0.5 + 1.5 * np.arange(8)  # [R] ms, R = 0..7
+    verify_table = 1.0 + np.arange(40) ** 1.3  # [T] ms, T = 0..39: every entry distinct
+    table = PaddedCostTable.from_vllm_tables(draft_table, verify_table, 3, 4, meta={"gpu": "x"})
+    assert len(table.draft_ms) == 4 and [len(row) for row in table.verify_ms] == [6] * 4
+    assert table.draft_ms == [0.0, 2.0, 3.5, 5.0] and table.verify_ms[0] == [0.0] * 6
+    for q in range(1, 6):  # R = 1: exactly vLLM's price of verifying q - 1 drafts
+        assert table.verify_ms[1][q] == verify_table[q]
+    for r in (2, 3):  # R > 1: the padded [R, q] batch runs R * q tokens
+        assert table.verify_ms[r] == [0.0] + [verify_table[r * q] for q in range(1, 6)]
+    assert table.meta["gpu"] == "x" and table.meta["num_drafts"] == 4
+    # The smallest tables that cover R = 3, N = 4: 4 request counts, token counts 0..15.
+    PaddedCostTable.from_vllm_tables(draft_table[:4], verify_table[:16], 3, 4)
+    with pytest.raises(ValueError, match=r"draft_table has 3 entries \(needs 4"):
+        PaddedCostTable.from_vllm_tables(draft_table[:3], verify_table, 3, 4)
+    with pytest.raises(ValueError, match=r"verify_table 15 \(needs 16"):
+        PaddedCostTable.from_vllm_tables(draft_table, verify_table[:15], 3, 4)
+
+
+def test_from_vllm_tables_gives_vllms_budget_for_one_request():
+    """R = 1, one non-draft token: vLLM prices budget m at draft[1] + verify[1 + m], the padded
+    table at draft_ms[1] + verify_ms[1][m + 1]: the same numbers, so the same budget."""
+    gen = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(gen.integers(1, 8))
+        draft = build_cost_table(random_curve(gen, 4), 4)
+        verify = build_cost_table(random_curve(gen, 4 * (n + 1)), 4 * (n + 1))
+        table = PaddedCostTable.from_vllm_tables(draft, verify, 4, n)
+        conf = torch.from_numpy(random_confidence(gen, 1, n))
+        vllm_cost = torch.from_numpy(draft[1] + verify[1 : n + 2])
+        budget = choose_draft_budget(conf, torch.tensor([n]), vllm_cost)
+        assert plan_budgeted_verify_lengths(conf, table).tolist() == [budget]
+
+
+def naive_lagged_plan(current, previous, draft_ms, verify_row) -> list[int]:
+    """The lagged plan in plain Python: allocation of every budget m by float32 survival of the
+    CURRENT confidences (a stable descending sort of (request, step) slots), each budget priced
+    draft + verify[longest prefix + 1], the budget the FIRST argmax of E_m / C_m with E_m from the
+    PREVIOUS confidences' float64 survivals."""
+    r, n = len(current), len(current[0])
+    slots = []
+    for i in range(r):
+        s = np.float32(1.0)
+        for j in range(n):
+            s = np.float32(s * np.float32(current[i][j]))
+            slots.append((-float(s), i * n + j, i))
+    winners = [i for _, _, i in sorted(slots)]
+    scores = []
+    for i in range(r):
+        s = 1.0
+        for j in range(n):
+            s *= float(np.float32(previous[i][j]))
+            scores.append(s)
+    scores.sort(reverse=True)
+    best, best_m = None, 0
+    for m in range(r * n + 1):
+        lengths = [winners[:m].count(i) for i in range(r)]
+        ratio = (r + sum(scores[:m])) / (draft_ms + verify_row[max(lengths) + 1])
+        if best is None or ratio > best:
+            best, best_m = ratio, m
+    return [winners[:best_m].count(i) for i in range(r)]
+
+
+def test_budget_confidence_picks_the_budget_the_current_one_allocates_it():
+    # Current survivals: r0 .9 .81 .729, r1 .9 .09 .009; draft 10 ms, verify [2, q] q ms up to
+    # q = 3 and 10 ms at q = 4 (test_padded_cost_prices_the_longest_prefix): budget 3, [2, 1].
+    # Budget m -> current allocation, cost: 0 [0,0] 11; 1 [1,0] 12; 2 [1,1] 12; 3 [2,1] 13;
+    # 4 [3,1] 20; 5 [3,2] 20; 6 [3,3] 20.
+    table = PaddedCostTable([10.0] * 3, [[0.0, 1.0, 2.0, 3.0, 10.0]] * 3, {})
+    conf = torch.tensor([[0.9, 0.9, 0.9], [0.9, 0.1, 0.1]])
+    assert plan_budgeted_verify_lengths(conf, table).tolist() == [2, 1]
+    assert plan_budgeted_verify_lengths(conf, table, budget_confidence=conf).tolist() == [2, 1]
+    # All-ones previous (a first round): E_m = 2 + m, best at m = 6 (8/20 > 5/13).
+    ones = torch.ones(2, 3)
+    assert plan_budgeted_verify_lengths(conf, table, budget_confidence=ones).tolist() == [3, 3]
+    # Low previous survivals .2 .02 .002 each: E/C = 2/11, 2.2/12, 2.4/12, 2.42/13 ... -> m = 2,
+    # allocated by the CURRENT survivals as [1, 1] (not the previous ones' own allocation).
+    low = torch.tensor([[0.2, 0.1, 0.1], [0.2, 0.1, 0.1]])
+    assert plan_budgeted_verify_lengths(conf, table, budget_confidence=low).tolist() == [1, 1]
+    for prev in (ones, low):
+        assert plan_budgeted_verify_lengths(
+            conf, table, budget_confidence=prev
+        ).tolist() == naive_lagged_plan(conf.tolist(), prev.tolist(), 10.0, table.verify_ms[2])
+    with pytest.raises(ValueError, match="budget_confidence has shape"):
+        plan_budgeted_verify_lengths(conf, table, budget_confidence=ones[:1])
+
+
+def test_budget_confidence_equals_a_naive_loop_on_random_cases():
+    gen = np.random.default_rng(4)
+    differs = 0
+    for _ in range(200):
+        r, n = int(gen.integers(1, 5)), int(gen.integers(1, 5))
+        conf = torch.from_numpy(random_confidence(gen, r, n))
+        prev = torch.from_numpy(random_confidence(gen, r, n))
+        verify = np.maximum.accumulate(gen.random(n + 2) * gen.choice([0.1, 1.0, 10.0]))
+        draft = float(gen.random() * 3)
+        table = PaddedCostTable([draft] * (r + 1), [[0.0, *verify[1:].tolist()]] * (r + 1), {})
+        got = plan_budgeted_verify_lengths(conf, table, budget_confidence=prev).tolist()
+        assert got == naive_lagged_plan(conf.tolist(), prev.tolist(), draft, table.verify_ms[r])
+        differs += got != plan_budgeted_verify_lengths(conf, table).tolist()
+    assert differs > 20  # the lag really changed many plans

@@ -15,11 +15,17 @@ budget's slots handed to the requests by survival.
 
 Differences from vLLM, both forced by a synchronous engine:
 - vLLM picks the budget on the host from the previous step's confidences (a device-to-host copy
-  in flight) and allocates it on the device with the current ones; the embedded engine has the
-  current confidences on the host already, so both steps use them (vLLM with no copy lag).
+  in flight; a request's first round reads all ones, `add_request` resets its slot) and
+  allocates it on the device with the current ones. The embedded engine has the current
+  confidences on the host already, so by default both steps use them (vLLM with no copy lag);
+  `plan_budgeted_verify_lengths(..., budget_confidence=previous)` reproduces the lag (the
+  engine's `adaptive_budget_confidence="previous"`): the budget from the previous round's
+  confidences, the allocation and its padded pricing from the current ones.
 - vLLM's cost is a function of the token count (varlen batch, CUDA-graph padded sizes). The
   embedded engine verifies a dense [R, q] batch padded to the longest admitted prefix, so the
-  caller prices budget m by the padded width it will actually run (`padded_verify_costs`).
+  caller prices budget m by the padded width it will actually run (`PaddedCostTable`).
+  `PaddedCostTable.from_vllm_tables` maps vLLM's two tables onto that layout (exact at R = 1,
+  an approximation above), so both stacks can be priced alike.
 
 Cost tables: `build_cost_table` is vLLM's `build_cost_tables_from_curves` (monotone envelope,
 step function up to the capture limit, linear interpolation past it, linear extrapolation).
@@ -147,6 +153,50 @@ class PaddedCostTable:
         Path(path).write_text(json.dumps(data, indent=1))
 
     @classmethod
+    def from_vllm_tables(
+        cls,
+        draft_table: Sequence[float] | np.ndarray,
+        verify_table: Sequence[float] | np.ndarray,
+        max_num_reqs: int,
+        num_drafts: int,
+        meta: dict | None = None,
+    ) -> PaddedCostTable:
+        """The padded table from vLLM 0.34's cost tables (`build_cost_tables_from_curves`:
+        `draft_table[R]` a draft step for R requests, `verify_table[T]` a target forward over T
+        tokens): draft_ms[R] = draft_table[R], verify_ms[R][q] = verify_table[R * q] for
+        R = 1..max_num_reqs, q = 1..num_drafts + 1 (a dense [R, q] batch runs R * q tokens);
+        index 0 (R or q) stays 0.0, as in the profiled layout.
+
+        Exact at R = 1 (vLLM prices verifying q - 1 drafts of one request at q tokens, this is
+        that number); an approximation above, where vLLM's varlen batch runs only the admitted
+        tokens, R + budget, while the engine's padded batch runs R * q.
+
+        Raises ValueError when a table is too short: draft_table needs max_num_reqs + 1 entries,
+        verify_table max_num_reqs * (num_drafts + 1) + 1.
+        """
+        if max_num_reqs < 1 or num_drafts < 1:
+            raise ValueError(
+                f"max_num_reqs={max_num_reqs}, num_drafts={num_drafts}: both must be >= 1"
+            )
+        draft = np.asarray(draft_table, dtype=np.float64).reshape(-1)
+        verify = np.asarray(verify_table, dtype=np.float64).reshape(-1)
+        q_max = num_drafts + 1
+        if len(draft) <= max_num_reqs or len(verify) <= max_num_reqs * q_max:
+            raise ValueError(
+                f"vLLM cost tables too short: draft_table has {len(draft)} entries (needs "
+                f"{max_num_reqs + 1}: request counts 0..max_num_reqs={max_num_reqs}), "
+                f"verify_table {len(verify)} (needs {max_num_reqs * q_max + 1}: token counts "
+                f"0..max_num_reqs * (num_drafts + 1) = {max_num_reqs} * {q_max})"
+            )
+        draft_ms = [0.0] + [float(draft[r]) for r in range(1, max_num_reqs + 1)]
+        verify_ms = [[0.0] * (q_max + 1)] + [
+            [0.0] + [float(verify[r * q]) for q in range(1, q_max + 1)]
+            for r in range(1, max_num_reqs + 1)
+        ]
+        info = {"source": "vllm_tables", "max_num_reqs": max_num_reqs, "num_drafts": num_drafts}
+        return cls(draft_ms, verify_ms, {**info, **(meta or {})})
+
+    @classmethod
     def load(cls, path: str | Path) -> PaddedCostTable:
         d = json.loads(Path(path).read_text())
         if "verify_ms" not in d or "draft_ms" not in d:
@@ -158,15 +208,33 @@ class PaddedCostTable:
 
 
 def plan_budgeted_verify_lengths(
-    confidence: torch.Tensor, table: PaddedCostTable, num_drafts: torch.Tensor | None = None
+    confidence: torch.Tensor,
+    table: PaddedCostTable,
+    num_drafts: torch.Tensor | None = None,
+    *,
+    budget_confidence: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The engine's vLLM-semantics verify lengths [R]: budget priced on the padded batch."""
+    """The engine's vLLM-semantics verify lengths [R]: budget priced on the padded batch.
+
+    confidence: [R, N] this round's confidences; they allocate every budget's slots and, through
+        the longest prefix each budget admits, its padded price.
+    budget_confidence: [R, N] the scores that pick the budget (`choose_draft_budget`); None =
+        `confidence`. vLLM 0.34 passes the previous round's confidences here (ones for a
+        request's first round): the result is then allocation(confidence)[budget chosen from
+        budget_confidence].
+    """
     r, n = confidence.shape
+    if budget_confidence is None:
+        budget_confidence = confidence
+    elif tuple(budget_confidence.shape) != (r, n):
+        raise ValueError(
+            f"budget_confidence has shape {tuple(budget_confidence.shape)}; confidence {(r, n)}"
+        )
     if num_drafts is None:
         num_drafts = torch.full((r,), n, dtype=torch.long)
     lengths = allocation_by_budget(confidence, num_drafts)  # [M + 1, R]
     cost = table.step_costs(r, lengths.max(1).values)  # priced on the padded width
-    budget = choose_draft_budget(confidence, num_drafts, cost)
+    budget = choose_draft_budget(budget_confidence, num_drafts, cost)
     return lengths[budget]
 
 
