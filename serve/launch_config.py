@@ -54,6 +54,7 @@ class ServeCfg:
     extra_vllm_args: list[str] = field(default_factory=list)
     device: str = "auto"
     adaptive_policy: str = "vllm"
+    adaptive_budget_confidence: str = "current"
     cost_table: str | None = None
     sps_table: str | None = None
     use_fp64_gumbel: bool = False

@@ -22,6 +22,7 @@ SHARED_KEYS = (
     "dtype",
     "draft_sampling",
     "adaptive_policy",
+    "adaptive_budget_confidence",
     "cost_table",
     "sps_table",
     "use_fp64_gumbel",

@@ -57,7 +57,14 @@ VLLM_ONLY_KEYS = (
     "extra_vllm_args",
 )
 # ServeCfg keys only the embedded engine reads (a vLLM launch says it ignores them).
-EMBEDDED_ONLY_KEYS = ("device", "adaptive_policy", "cost_table", "sps_table", "use_fp64_gumbel")
+EMBEDDED_ONLY_KEYS = (
+    "device",
+    "adaptive_policy",
+    "adaptive_budget_confidence",
+    "cost_table",
+    "sps_table",
+    "use_fp64_gumbel",
+)
 # Flags this launcher sets from its own keys; passing them in extra_vllm_args is refused.
 MANAGED_FLAGS = {
     **{flag: key for key, flag in VALUE_FLAGS.items()},

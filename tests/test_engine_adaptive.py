@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from common.sampling.acceptance_estimator import OnlineAcceptanceEstimator
-from common.sampling.draft_budget import PaddedCostTable
+from common.sampling.draft_budget import PaddedCostTable, plan_budgeted_verify_lengths
 from serve.engine import SamplingParams
 from tests.test_engine import MAX_TOKENS, PROMPTS, greedy_params, make_engine, sampled_params
 from tests.test_engine_helpers import make_draft, make_target, reference_greedy
@@ -187,3 +187,70 @@ def test_fp64_target_only_equals_a_hand_loop_of_fp64_draws():
             )
             ids.append(int(tok))
     assert out == ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("confidence", [True, False], ids=["confidence-head", "estimator"])
+def test_previous_budget_confidence_lags_one_round_as_vllm(tmp_path, monkeypatch, confidence):
+    """adaptive_budget_confidence="previous": each request's budget scores are the confidences
+    that allocated its previous round (ones for its first round, where a cost that grows slowly
+    with the padded width then verifies every draft), the allocation this round's; greedy stays
+    exactly the target's."""
+    import serve.engine.engine as engine_mod
+
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, None, tuned=True, strength=4.0, confidence=confidence)
+    table_path = cost_table(tmp_path, lambda q: 2.0 + q)
+    eng = make_engine(
+        target,
+        draft,
+        adaptive_verification=True,
+        cost_table=table_path,
+        max_num_seqs=3,
+        adaptive_budget_confidence="previous",
+    )
+    calls = []  # (request ids, current [R, N], budget confidence [R, N], lengths [R])
+    real_plan, real_plan_verify = engine_mod.plan_budgeted_verify_lengths, eng._plan_verify
+
+    def plan(conf, table, num_drafts=None, *, budget_confidence=None):
+        lengths = real_plan(conf, table, num_drafts, budget_confidence=budget_confidence)
+        calls[-1] += [conf.float().cpu(), budget_confidence, lengths.cpu()]
+        return lengths
+
+    def plan_verify(reqs, *args):
+        calls.append([[r.request_id for r in reqs]])
+        return real_plan_verify(reqs, *args)
+
+    monkeypatch.setattr(engine_mod, "plan_budgeted_verify_lengths", plan)
+    eng._plan_verify = plan_verify
+    refs = [reference_greedy(target, p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
+    assert eng.generate(PROMPTS, greedy_params()) == refs
+    n, table = eng.num_spec, PaddedCostTable.load(table_path)
+    ids, conf, prev, lengths = calls[0]
+    assert torch.equal(prev, torch.ones(len(ids), n))  # first round: all ones ...
+    assert lengths.tolist() == [n] * len(ids)  # ... so every draft is verified
+    assert plan_budgeted_verify_lengths(conf, table).tolist() != [n] * len(ids)  # not "current"
+    last: dict[str, torch.Tensor] = {}
+    lagged = changed = 0
+    for ids, conf, prev, lengths in calls:
+        for i, rid in enumerate(ids):
+            assert torch.equal(prev[i], last.get(rid, torch.ones(n))), (rid, prev[i])
+            lagged += rid in last
+        assert torch.equal(
+            lengths, plan_budgeted_verify_lengths(conf, table, budget_confidence=prev)
+        )
+        changed += not torch.equal(lengths, plan_budgeted_verify_lengths(conf, table))
+        last.update(zip(ids, conf))
+    assert lagged > 10 and changed > 0
+
+
+def test_budget_confidence_option_is_checked():
+    from serve.engine.options import EngineOptions, OptionsError
+
+    assert EngineOptions(target="t").adaptive_budget_confidence == "current"
+    with pytest.raises(OptionsError, match=r"choose one of \('current', 'previous'\)"):
+        EngineOptions(target="t", adaptive_budget_confidence="stale")
+    with pytest.raises(OptionsError, match="adaptive_policy='vllm'"):
+        EngineOptions(
+            target="t", adaptive_policy="algorithm1", adaptive_budget_confidence="previous"
+        )
+    EngineOptions(target="t", adaptive_policy="algorithm1", adaptive_budget_confidence="current")

@@ -103,6 +103,7 @@ def test_cli_surface_is_frozen():
         "extra_vllm_args",
         "device",
         "adaptive_policy",
+        "adaptive_budget_confidence",
         "cost_table",
         "sps_table",
         "use_fp64_gumbel",
@@ -484,6 +485,28 @@ def test_embedded_branch_passes_the_adaptive_policy_and_refuses_a_mismatched_tab
     calls.clear()
     assert run(assets, "engine=embedded", "sps_table=s.json") == 2
     assert not calls and "adaptive_policy='algorithm1'" in capsys.readouterr().err
+
+
+def test_embedded_branch_passes_the_budget_confidence(assets, machine, monkeypatch, capsys):
+    """adaptive_budget_confidence reaches EngineOptions; under algorithm1 (no budget) it is
+    refused (exit 2) by EngineOptions' own check, before any model loads."""
+    calls = {}
+    monkeypatch.setitem(
+        sys.modules,
+        "serve.api.server",
+        types.SimpleNamespace(run_server=lambda opts, *a, **kw: calls.update(opts=opts)),
+    )
+    assert run(assets, "engine=embedded") == 0
+    assert calls["opts"].adaptive_budget_confidence == "current"
+    assert run(assets, "engine=embedded", "adaptive_budget_confidence=previous") == 0
+    assert calls["opts"].adaptive_budget_confidence == "previous"
+    calls.clear()
+    bad = ("engine=embedded", "adaptive_policy=algorithm1", "adaptive_budget_confidence=previous")
+    assert run(assets, *bad) == 2
+    assert not calls and "adaptive_budget_confidence='previous'" in capsys.readouterr().err
+    machine.update(vllm="0.34.0", gpus=1)  # vLLM's own budget: the key is the engine's only
+    assert run(assets, "engine=vllm", "dry_run=true", "adaptive_budget_confidence=previous") == 0
+    assert "ignores embedded-engine settings: adaptive_budget_confidence" in capsys.readouterr().out
 
 
 def test_vllm_branch_says_it_ignores_fp64_gumbel(assets, machine, capsys):

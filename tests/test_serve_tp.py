@@ -58,6 +58,19 @@ def test_serve_api_takes_the_adaptive_policy_and_its_tables(monkeypatch, capsys)
     assert not got and "adaptive_policy='algorithm1'" in capsys.readouterr().err
 
 
+def test_serve_api_takes_the_budget_confidence(monkeypatch, capsys):
+    got = {}
+    monkeypatch.setattr(api_main, "run_server", lambda opts, *a, **kw: got.update(opts=opts))
+    base = ["--target", "t", "--checkpoint", "c", "--adaptive-verification"]
+    assert api_main.main(base) == 0 and got["opts"].adaptive_budget_confidence == "current"
+    assert api_main.main([*base, "--adaptive-budget-confidence", "previous"]) == 0
+    assert got["opts"].adaptive_budget_confidence == "previous"
+    got.clear()
+    bad = ["--adaptive-policy", "algorithm1", "--adaptive-budget-confidence", "previous"]
+    assert api_main.main([*base, *bad]) == 2
+    assert not got and "adaptive_policy='vllm'" in capsys.readouterr().err
+
+
 def test_tp_without_a_world_exits_2_and_says_torchrun(monkeypatch, capsys):
     """Refused before any model is loaded (the target does not exist)."""
     for key in TORCHRUN_ENV:

@@ -31,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=["vllm", "algorithm1"],
         help="vllm: vLLM 0.34's batch draft budget; algorithm1: the paper's admission",
     )
+    ap.add_argument(
+        "--adaptive-budget-confidence",
+        default="current",
+        choices=["current", "previous"],
+        help="vllm policy: the confidences that pick the draft budget: this round's (current) or "
+        "each request's previous round's, vLLM 0.34's lag (previous)",
+    )
     ap.add_argument("--cost-table", default=None, help="vllm policy: a saved PaddedCostTable")
     ap.add_argument("--sps-table", default=None, help="algorithm1 only: steps/s by token count")
     ap.add_argument(
@@ -65,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             draft_sampling=a.draft_sampling,
             adaptive_verification=a.adaptive_verification,
             adaptive_policy=a.adaptive_policy,
+            adaptive_budget_confidence=a.adaptive_budget_confidence,
             cost_table=a.cost_table,
             sps_table=a.sps_table,
             use_fp64_gumbel=a.use_fp64_gumbel,

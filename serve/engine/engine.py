@@ -336,7 +336,7 @@ class Engine:
         )
         t0 = self._clock()
         if self.adaptive:
-            verify_len = self._plan_verify(prop.walk.confidence, predicted)
+            verify_len = self._plan_verify(reqs, prop.walk.confidence, predicted)
         else:
             verify_len = torch.full((len(reqs),), self.num_spec, device=self.device)
         # Static N+1 queries unless adaptive verification shortened every row's block.
@@ -373,18 +373,30 @@ class Engine:
             results.append(out)
         return results
 
-    def _plan_verify(self, confidence, predicted: list[torch.Tensor]) -> torch.Tensor:
+    def _plan_verify(
+        self, reqs: list[Request], confidence, predicted: list[torch.Tensor]
+    ) -> torch.Tensor:
         """[R] drafts to verify: from the confidence head (STS-calibrated when the checkpoint
-        carries temperatures) or the acceptance estimator's predictions, by the chosen policy."""
+        carries temperatures) or the acceptance estimator's predictions, by the chosen policy.
+        With adaptive_budget_confidence="previous" the budget comes from each request's previous
+        round's confidences (ones for its first round, as vLLM 0.34's `add_request` resets its
+        slot) and this round's are kept on the requests for the next."""
         if self.estimator is not None:
             conf = torch.stack(predicted, dim=1)  # [R, N]
         else:
             conf = confidence
             if self.conf_temperatures is not None:
                 conf = apply_temperatures(conf, self.conf_temperatures)
-        if self.opts.adaptive_policy == "vllm":
+        if self.opts.adaptive_policy != "vllm":
+            return plan_verify_lengths(conf, self.cost).verify_len.to(self.device)
+        if self.opts.adaptive_budget_confidence == "current":
             return plan_budgeted_verify_lengths(conf, self.cost).to(self.device)
-        return plan_verify_lengths(conf, self.cost).verify_len.to(self.device)
+        ones = torch.ones(self.num_spec)
+        prev = torch.stack([ones if r.last_confidence is None else r.last_confidence for r in reqs])
+        lengths = plan_budgeted_verify_lengths(conf, self.cost, budget_confidence=prev)
+        for r, row in zip(reqs, conf.detach().float().cpu(), strict=True):
+            r.last_confidence = row.clone()
+        return lengths.to(self.device)
 
     def _target_round(self, reqs: list[Request]) -> list[RequestOutput]:
         t0 = self._clock()

@@ -21,6 +21,10 @@ DRAFT_SAMPLING = ("greedy", "probabilistic")
 # budget's slots by survival); "algorithm1": the DSpark paper's greedy admission that stops at the
 # first non-improvement. Both in common.sampling; see docs there.
 ADAPTIVE_POLICIES = ("vllm", "algorithm1")
+# Which confidences pick the vllm policy's budget: "current" (this round's, the engine's default:
+# vLLM without its copy lag) or "previous" (vLLM 0.34's: each request's previous round's, ones for
+# its first round). The allocation always uses the current ones.
+BUDGET_CONFIDENCES = ("current", "previous")
 
 
 class OptionsError(ValueError):
@@ -41,6 +45,10 @@ class EngineOptions:
         come from the draft's confidence head, or, without one, from vLLM's online acceptance
         estimator (fitted while serving).
     adaptive_policy: how verify lengths are chosen (ADAPTIVE_POLICIES); default vLLM's.
+    adaptive_budget_confidence: vllm policy: the confidences that choose the batch's draft
+        budget (BUDGET_CONFIDENCES): "current" = this round's (default); "previous" = vLLM
+        0.34's lag, each request's previous spec round's (all ones for its first); the budget's
+        slots are allocated by the current confidences either way.
     cost_table: a saved `PaddedCostTable` (JSON) of draft and padded verify step costs; None =
         profile one at start-up on the batches the engine runs.
     sps_table: algorithm1 only: a steps-per-second table by token count (the paper's model)
@@ -62,6 +70,7 @@ class EngineOptions:
     draft_sampling: str = "probabilistic"
     adaptive_verification: bool = False
     adaptive_policy: str = "vllm"
+    adaptive_budget_confidence: str = "current"
     cost_table: str | None = None
     sps_table: str | None = None
     use_fp64_gumbel: bool = False
@@ -91,6 +100,17 @@ class EngineOptions:
         if self.adaptive_policy not in ADAPTIVE_POLICIES:
             raise OptionsError(
                 f"adaptive_policy={self.adaptive_policy!r}: choose one of {ADAPTIVE_POLICIES}."
+            )
+        if self.adaptive_budget_confidence not in BUDGET_CONFIDENCES:
+            raise OptionsError(
+                f"adaptive_budget_confidence={self.adaptive_budget_confidence!r}: choose one of "
+                f"{BUDGET_CONFIDENCES}."
+            )
+        if self.adaptive_budget_confidence != "current" and self.adaptive_policy != "vllm":
+            raise OptionsError(
+                f"adaptive_budget_confidence={self.adaptive_budget_confidence!r} sets how vLLM's "
+                f"policy picks its draft budget; adaptive_policy={self.adaptive_policy!r} has no "
+                "budget: set adaptive_policy='vllm' or adaptive_budget_confidence='current'."
             )
         if self.sps_table is not None and self.adaptive_policy != "algorithm1":
             raise OptionsError(

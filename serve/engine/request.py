@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -47,7 +51,12 @@ class RequestOutput:
 class Request:
     """Invariants while RUNNING: `anchor` (= output_ids[-1]) sits at position
     `num_computed` = prompt + output - 1; the target KV slot and the draft context hold
-    exactly positions 0..num_computed-1."""
+    exactly positions 0..num_computed-1.
+
+    last_confidence: the confidences [N] (CPU float32, temperature-applied: what allocated its
+    drafts) of the request's last spec round, kept only under
+    `adaptive_budget_confidence="previous"` for the next round's budget; None before its first.
+    """
 
     request_id: str
     prompt_ids: list[int]
@@ -58,6 +67,7 @@ class Request:
     slot: int = -1
     num_computed: int = 0
     finish_reason: str | None = None
+    last_confidence: torch.Tensor | None = None
 
     @property
     def total_len(self) -> int:
