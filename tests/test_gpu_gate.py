@@ -245,3 +245,20 @@ def test_vllm_cost_tables_are_read_from_the_worker():
     assert got == [[0.0, 1.5], [0.0, 2.0, 2.5]]
     with pytest.raises(RuntimeError, match="no adaptive-verification cost tables"):
         vllm_cost_tables(llm_with(types.SimpleNamespace(adaptive_verification=None)))
+
+
+def test_matched_cost_table_prices_one_request_as_vllm(tmp_path):
+    """The engine's table under --matched-schedule is vLLM's, saved beside --json: verifying
+    q - 1 drafts of one request costs verify_table[q], a draft step draft_table[1]."""
+    import types
+
+    from common.sampling.draft_budget import PaddedCostTable
+    from scripts.gpu.vllm_vs_engine import matched_cost_table
+
+    draft, verify = [0.0, 1.25, 1.5], [0.0, 2.0, 2.25, 2.5, 3.0]
+    res = {"cost_tables": [draft, verify], "speculative_config": {"num_speculative_tokens": 3}}
+    path = matched_cost_table(res, types.SimpleNamespace(json=str(tmp_path / "gate.json")))
+    assert path == str(tmp_path / "gate.cost_table.json")
+    table = PaddedCostTable.load(path)
+    assert table.draft_ms[1] == 1.25
+    assert [table.verify_ms[1][q] for q in range(1, 5)] == verify[1:5]
