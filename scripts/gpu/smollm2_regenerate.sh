@@ -5,8 +5,10 @@
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
-# --cuda-graphs (env REGEN_CUDA_GRAPHS=1): CUDA graphs and 1024 running requests (eager: 9.8k
-#   tokens/s on 2026-12-03, launch-bound at this model size).
+# --cuda-graphs (env REGEN_CUDA_GRAPHS=1): CUDA graphs and 512 running requests (eager: 9.8k
+#   tokens/s on 2026-12-03, launch-bound at this model size). 512, not more: vLLM captures decode
+#   graphs up to 512 on Hopper by default, and on 2026-12-04 1,024 running requests kept the GPU
+#   about 25% busy (about 4,096 answers a minute; not yet measured at 512).
 # --max-seconds S: no new chunk of 4,096 prompts starts after S seconds (engine start included); what
 #   was written is kept and split as usual. The prompt file lists the held-out prompts first, then
 #   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
@@ -58,7 +60,7 @@ print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
 PY
 python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
   --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
-  --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 1024} \
+  --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
   ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep --line-buffered -v "it/s\]"
 python3 - <<'PY'
 import json
