@@ -201,7 +201,7 @@ def _pack(dcfg, rows, path: str, tokenizer, seed: int, report: DataReport):
             chat_template=dcfg.chat_template,
             template_kwargs=dict(dcfg.get("chat_template_kwargs") or {}),
             on_bad_row=dcfg.on_bad_row,
-            num_proc=dcfg.num_proc,
+            num_proc=dcfg.get("num_proc"),  # optional: train.calibrate builds a partial config
             report=report,
         )
         for line in report.lines():
