@@ -146,9 +146,11 @@ SHAPES = {
 # Each variant changes the defaults below (the trainer's own defaults), one flag at a time:
 #   vocab_grad       train.loss: "fused" (closed-form gradient) | "checkpoint" (autograd,
 #                    recomputed in the backward; the code before this benchmark)
-#   attention        the draft's block attention: "sdpa" (dense boolean mask) | "flex" (BlockMask)
-#   target_attention the target's: "sdpa" (dense document-causal mask) | "flex" (BlockMask)
-#   compile_draft    torch.compile each draft layer
+#   attention        trainer.draft_attention: "sdpa" (dense boolean mask) | "flex" (BlockMask)
+#   target_attention trainer.target_attention: "sdpa" (dense document-causal mask) | "flex"
+#   compile_draft    trainer.compile_draft: torch.compile each draft layer
+# (the last three are trainer settings, applied by train.setup.apply_speed_settings as
+# `train.distill` applies them)
 #   distributed      trainer.distributed (fsdp runs in a torchrun child)
 VARIANT_DEFAULTS = dict(
     vocab_grad="fused",
@@ -406,12 +408,19 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
     from train.distill import make_accelerator
     from train.objective import init_draft_weights
     from train.phases import set_recorder
-    from train.setup import draft_config
+    from train.setup import apply_speed_settings, draft_config
     from train.trainer import Trainer
 
     v, extra = parse_variant(spec)
     with tempfile.TemporaryDirectory() as tmp:
-        over = [f"trainer.distributed={v['distributed']}", *user_over, *extra]
+        over = [
+            f"trainer.distributed={v['distributed']}",
+            f"trainer.draft_attention={v['attention']}",
+            f"trainer.target_attention={v['target_attention']}",
+            f"trainer.compile_draft={str(v['compile_draft']).lower()}",
+            *user_over,
+            *extra,
+        ]
         cfg = compose(shape, dev.type, over, tmp)
         tc = cfg.trainer
         rows = tc.micro_batch_size * tc.grad_accum * (args.warmup + args.steps)
@@ -427,13 +436,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         embed, head = target_head_weights(target)
         maps = (vmap.d2t.to(acc.device), vmap.t2d.to(acc.device)) if vmap else ()
         draft.init_from_target(embed.float(), head.float(), *maps)
-        draft.train_attention = v["attention"]
-        if v["compile_draft"]:
-            for layer in draft.layers:
-                layer.compile()
-        target.set_attn_implementation(
-            "flex_attention" if v["target_attention"] == "flex" else "sdpa"
-        )
+        apply_speed_settings(cfg.trainer, draft, target, acc.device)
         trainer = Trainer(cfg, acc, target, draft, ds, None, Path(tmp), {}, {})
         acc.unwrap_model(trainer.objective).vocab_grad = v["vocab_grad"]
         cuda = acc.device.type == "cuda"

@@ -97,6 +97,49 @@ def test_bad_draft_against_target_stops_before_writing(target, tmp_path, extra, 
     assert not (out / "checkpoints").exists() and not (out / "final").exists()
 
 
+def test_gpu_speed_settings_are_refused_on_the_cpu_before_writing(target, tmp_path, capsys):
+    """trainer.draft_attention / target_attention = flex and compile_draft are GPU-only: on the
+    CPU the run stops naming them (exit 2) instead of failing inside a backward."""
+    out = tmp_path / "out"
+    extra = ("trainer.device=cpu", "trainer.draft_attention=flex", "trainer.compile_draft=true")
+    assert main(fast(target, out, *extra)) == 2
+    err = capsys.readouterr().err
+    assert "trainer.draft_attention=flex" in err and "trainer.compile_draft=true" in err
+    assert not (out / "checkpoints").exists() and not (out / "final").exists()
+    with pytest.raises(BadConfig, match=r"trainer\.target_attention"):
+        compose_config(["+experiment=tiny", "trainer.target_attention=flash"])
+
+
+def test_speed_settings_reach_the_models():
+    """apply_speed_settings: defaults leave sdpa everywhere; flex on the GPU path sets the draft's
+    block attention and the target's implementation, and a later default call undoes the
+    target's (the benchmark reuses one target across variants)."""
+    import types
+
+    import torch
+
+    from train.setup import apply_speed_settings
+
+    calls = []
+    target = types.SimpleNamespace(config=types.SimpleNamespace(_attn_implementation="sdpa"))
+
+    def set_impl(name):
+        calls.append(name)
+        target.config._attn_implementation = name
+
+    target.set_attn_implementation = set_impl
+    draft = types.SimpleNamespace(train_attention="flex", layers=[])
+    gpu = torch.device("cuda")
+    apply_speed_settings({}, draft, target, torch.device("cpu"))
+    assert draft.train_attention == "sdpa" and calls == []
+    apply_speed_settings(
+        {"draft_attention": "flex", "target_attention": "flex"}, draft, target, gpu
+    )
+    assert draft.train_attention == "flex" and calls == ["flex_attention"]
+    apply_speed_settings({}, draft, target, gpu)
+    assert draft.train_attention == "sdpa" and calls == ["flex_attention", "sdpa"]
+
+
 def test_bad_data_stops_with_row_index(target, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(

@@ -25,6 +25,7 @@ from train.objective import init_draft_weights
 from train.setup import (
     REGENERATED_NAME,
     SetupError,
+    apply_speed_settings,
     build_splits,
     draft_config,
     load_target,
@@ -95,6 +96,7 @@ def run(cfg) -> dict:
     draft.init_from_target(
         embed.float(), head.float(), *((vmap.d2t, vmap.t2d) if vmap is not None else ())
     )
+    apply_speed_settings(cfg.trainer, draft, target, acc.device)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     fingerprint = {
         **{f"draft.{k}": v for k, v in dcfg.to_hf_dict().items() if k != "target_name_or_path"},

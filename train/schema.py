@@ -108,6 +108,10 @@ class TrainerCfg:
     threads: int | None = None  # torch CPU threads (null: leave as is)
     step_delay_s: float = 0.0  # debugging aid: pause after each step (the crash/resume test)
     max_bad_batches: int = 0  # non-finite loss/grad batches to skip (no step) before stopping
+    # Speed (GPU only; train.setup.apply_speed_settings, measured by scripts/bench_train_scale.py):
+    draft_attention: str = "sdpa"  # the draft's block mask: sdpa (dense boolean) | flex (BlockMask)
+    target_attention: str = "sdpa"  # the target's document-causal mask: sdpa | flex
+    compile_draft: bool = False  # torch.compile each draft layer
 
 
 @dataclass
@@ -165,6 +169,8 @@ CHOICES = {
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.mixed_precision": ("no", "bf16"),
     "trainer.distributed": ("none", "ddp", "fsdp"),
+    "trainer.draft_attention": ("sdpa", "flex"),
+    "trainer.target_attention": ("sdpa", "flex"),
     "logger.backend": ("none", "wandb"),
     "logger.mode": ("online", "offline", "disabled"),
     "export.dtype": ("bfloat16", "float16", "float32"),

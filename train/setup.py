@@ -81,6 +81,30 @@ def load_target(tcfg, device: torch.device):
     return model, tok
 
 
+def apply_speed_settings(tcfg, draft, target, device: torch.device) -> None:
+    """`trainer.draft_attention`, `trainer.target_attention` and `trainer.compile_draft` onto the
+    models before training. GPU only: there is no flex-attention backward on the CPU, and
+    compiling was measured only on the GPU (scripts/bench_train_scale.py, docs/benchmarks.md "The
+    trainer at Qwen3-8B shape"). A target left on flex by an earlier call goes back to sdpa."""
+    attention = {k: tcfg.get(k, "sdpa") for k in ("draft_attention", "target_attention")}
+    compile_draft = bool(tcfg.get("compile_draft", False))
+    gpu_only = [f"trainer.{k}=flex" for k, v in attention.items() if v == "flex"]
+    gpu_only += ["trainer.compile_draft=true"] if compile_draft else []
+    if device.type != "cuda" and gpu_only:
+        raise SetupError(
+            f"{', '.join(gpu_only)}: GPU only, and this run trains on {device.type}; leave "
+            "them at their defaults (sdpa, false) there"
+        )
+    draft.train_attention = attention["draft_attention"]
+    if attention["target_attention"] == "flex":
+        target.set_attn_implementation("flex_attention")
+    elif getattr(target.config, "_attn_implementation", None) == "flex_attention":
+        target.set_attn_implementation("sdpa")
+    if compile_draft:
+        for layer in draft.layers:
+            layer.compile()
+
+
 def draft_config(dcfg, target_model, tokenizer, target_path: str, mask=None) -> DSparkConfig:
     """The draft's DSparkConfig. `mask`: the `MaskToken` from `choose_mask_token` (which checks
     the training data); without it one is chosen from the tokenizer alone."""
