@@ -325,13 +325,13 @@ def gate(report: dict, stops: set[int], args) -> dict:
     temps = [str(t) for t in TEMPERATURES]
     n_tests = sum(len(v[t]["accepted_per_pos"]) for t in temps)
     report["acceptance_tests"] = {}
-    # Under --adaptive the acceptance figures depend on each stack's verify lengths, which come
-    # from its own cost table (and, in vLLM, a budget from the previous step's confidences): an
-    # unverified slot counts as not accepted in both. vLLM's counters cannot say how many drafts
-    # it verified (num_draft_tokens is the scheduler's count, before the worker trims the
-    # budget; the engine counts the same way and its verified count apart), so the two policies
-    # cannot be matched up: the comparisons are reported only.
-    gated = {} if args.adaptive and not args.matched_schedule else checks
+    # Under --adaptive alone the acceptance figures depend on each stack's verify lengths, which
+    # come from its own cost table (and, in vLLM, a budget from the previous step's confidences):
+    # an unverified slot counts as not accepted in both, and vLLM's counters cannot say how many
+    # drafts it verified, so the comparisons are reported only. --matched-schedule makes the two
+    # schedulers decide alike, and they are gated again.
+    reported_only = args.adaptive and not args.matched_schedule
+    gated = {} if reported_only else checks
     for t in temps:
         rows = compare_acceptance(v[t], e[t], args.alpha / max(n_tests, 1))
         report["acceptance_tests"][t] = rows
@@ -341,7 +341,7 @@ def gate(report: dict, stops: set[int], args) -> dict:
         )
         tv, te = v[t]["mean_acceptance_length"], e[t]["mean_acceptance_length"]
         gated[f"tau_within_rel_tol_T{t}"] = abs(tv - te) <= args.tau_rel_tol * te
-    if args.adaptive and not args.matched_schedule:
+    if reported_only:
         report["adaptive_reported_not_gated"] = gated
     return checks
 
