@@ -80,9 +80,10 @@ def test_summary_refuses_mixed_settings(target_dir, tmp_path):
 
 
 def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
-    """--vllm-cuda-graphs / --vllm-max-num-seqs become vLLM's enforce_eager / max_num_seqs (a
-    stand-in `vllm` module records the engine's arguments and echoes eos; the real engine is in
-    the vLLM suite); without them the engine stays eager with vLLM's own batch cap."""
+    """--vllm-cuda-graphs / --vllm-max-num-seqs / --vllm-gpu-memory become vLLM's enforce_eager /
+    max_num_seqs / gpu_memory_utilization (a stand-in `vllm` module records the engine's arguments
+    and echoes eos; the real engine is in the vLLM suite); without them the engine stays eager
+    with vLLM's own batch cap and memory share, and a share outside (0, 1] is refused."""
     import importlib.machinery
     import sys
     import types
@@ -121,14 +122,25 @@ def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
                 "--vllm-cuda-graphs",
                 "--vllm-max-num-seqs",
                 "64",
+                "--vllm-gpu-memory",
+                "0.5",
             ]
         )
         == 0
     )
-    assert seen[0]["enforce_eager"] is True and "max_num_seqs" not in seen[0]
+    assert seen[0]["enforce_eager"] is True
+    assert not {"max_num_seqs", "gpu_memory_utilization"} & set(seen[0])
     assert seen[1]["enforce_eager"] is False and seen[1]["max_num_seqs"] == 64
+    assert seen[1]["gpu_memory_utilization"] == 0.5
     summary = json.loads((tmp_path / "b.jsonl.summary.json").read_text())
-    assert summary["vllm_options_this_run"] == {"cuda_graphs": True, "max_num_seqs": 64}
+    assert summary["vllm_options_this_run"] == {
+        "cuda_graphs": True,
+        "max_num_seqs": 64,
+        "gpu_memory_utilization": 0.5,
+    }
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(tmp_path / "c.jsonl"), "--vllm-gpu-memory", "1.5"])
+    assert len(seen) == 2
 
 
 def test_deadline_stops_between_chunks_and_a_rerun_completes(target_dir, tmp_path, monkeypatch):

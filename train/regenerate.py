@@ -41,8 +41,20 @@ def main(argv: list[str] | None = None) -> int:
         "--vllm-cuda-graphs", action="store_true", help="vllm backend: CUDA graphs (default eager)"
     )
     ap.add_argument("--vllm-max-num-seqs", type=int, default=None, help="vllm backend: batch cap")
+    ap.add_argument(
+        "--vllm-gpu-memory",
+        type=float,
+        default=None,
+        help="vllm backend: share of the GPU's memory (default vLLM's 0.9); lower to share the GPU",
+    )
     a = ap.parse_args(argv)
-    vllm_options = {"cuda_graphs": a.vllm_cuda_graphs, "max_num_seqs": a.vllm_max_num_seqs}
+    if a.vllm_gpu_memory is not None and not 0 < a.vllm_gpu_memory <= 1:
+        ap.error(f"--vllm-gpu-memory must be in (0, 1], got {a.vllm_gpu_memory}")
+    vllm_options = {
+        "cuda_graphs": a.vllm_cuda_graphs,
+        "max_num_seqs": a.vllm_max_num_seqs,
+        "gpu_memory_utilization": a.vllm_gpu_memory,
+    }
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(a.target)

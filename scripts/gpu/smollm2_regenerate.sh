@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SmolLM2, stage 2: the target answers the train and held-out ShareGPT prompts itself with vLLM
 # (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
-#   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs] [--max-seconds S]
+#   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
+#     [--max-seconds S] [--gpu-memory F]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -13,14 +14,16 @@
 #   was written is kept and split as usual. The prompt file lists the held-out prompts first, then
 #   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
 #   prompt's first answers.
+# --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS=""
+SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
     --vllm) SERIES=$2; shift 2 ;;
     --cuda-graphs) GRAPHS=1; shift ;;
     --max-seconds) MAX_SECONDS=$2; shift 2 ;;
+    --gpu-memory) MEMORY=$2; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +64,7 @@ PY
 python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
   --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
-  ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep --line-buffered -v "it/s\]"
+  ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY} 2>&1 | grep --line-buffered -v "it/s\]"
 python3 - <<'PY'
 import json
 D = "artifacts/smollm2-data"

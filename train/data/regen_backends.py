@@ -93,10 +93,18 @@ class VLLMGenerator:
 
     `cuda_graphs=False` (the default) runs vLLM eager: no compile at start-up, but a small target's
     decode is then bound by kernel launches (SmolLM2-135M on the H200: 9.8k tokens/s, 2026-12-03).
-    `max_num_seqs`: vLLM's running-request cap (None: vLLM's default)."""
+    `max_num_seqs`: vLLM's running-request cap (None: vLLM's default). `gpu_memory_utilization`:
+    the share of the GPU's memory this engine takes (None: vLLM's default, 0.9); lower it to share
+    the GPU with another vLLM engine or a training run."""
 
     def __init__(
-        self, model, tokenizer, sampling: dict, cuda_graphs: bool = False, max_num_seqs=None
+        self,
+        model,
+        tokenizer,
+        sampling: dict,
+        cuda_graphs: bool = False,
+        max_num_seqs=None,
+        gpu_memory_utilization=None,
     ):
         from vllm import LLM
 
@@ -107,7 +115,14 @@ class VLLMGenerator:
         from transformers import AutoConfig
 
         dtype = AutoConfig.from_pretrained(self.model_name).dtype or "auto"
-        extra = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
+        extra = {
+            k: v
+            for k, v in (
+                ("max_num_seqs", max_num_seqs),
+                ("gpu_memory_utilization", gpu_memory_utilization),
+            )
+            if v is not None
+        }
         self.llm = LLM(
             model=self.model_name,
             enforce_eager=not cuda_graphs,

@@ -156,8 +156,9 @@ def regenerate_responses(
     `model`: a loaded HF causal LM or a path (hf loads it; vllm needs a path). `tokenizer`: the
     target tokenizer (instance or path), used for the chat template. `template_kwargs` go to the
     chat template (e.g. {"enable_thinking": False}). `vllm_options`: `VLLMGenerator`'s
-    `cuda_graphs` / `max_num_seqs` (vllm backend only). `deadline`: a `time.monotonic()` after
-    which no further chunk starts (the one running finishes); a rerun resumes from there.
+    `cuda_graphs` / `max_num_seqs` / `gpu_memory_utilization` (vllm backend only). `deadline`: a
+    `time.monotonic()` after which no further chunk starts (the one running finishes); a rerun
+    resumes from there.
     """
     sampling = _sampling(sampling)
     if on_bad_row not in ("error", "skip"):
