@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# SmolLM2, stage 5: the trained DSpark draft (and the regenerated data) as < 16 MB parts under
-# $OUT/ship, which poll.sh returns a few at a time (the draft's first), so a later session can serve
-# it without retraining.
-#   bash scripts/gpu/smollm2_pack.sh [EXPERIMENT]    (default smollm2_dspark: dspark_final.tgz.*;
-#                                                     another: EXPERIMENT_final.tgz.*)
+# SmolLM2: what a lost machine must not take with it, as < 16 MB parts under $OUT/ship, which
+# poll.sh returns a few at a time (in name order), so a later session starts from there.
+#   bash scripts/gpu/smollm2_pack.sh data          the regenerated answers (smollm2_regen.tgz.*):
+#                                                  all.regen.jsonl and its summary. Carried back
+#                                                  into /tmp/carry, smollm2_target.sh restores
+#                                                  them and the regeneration resumes after them.
+#   bash scripts/gpu/smollm2_pack.sh [EXPERIMENT]  the trained draft (default smollm2_dspark:
+#                                                  dspark_final.tgz.*; another: EXPERIMENT_final.tgz.*),
+#                                                  and the answers if `data` has not shipped them.
 # Rebuild here with: cat NAME.tgz.* | tar -xz   (sha256 in ship/SHA256SUMS).
 set -euo pipefail; cd "$(dirname "$0")/../.."
-EXP="${1:-smollm2_dspark}"; NAME=$([ "$EXP" = smollm2_dspark ] && echo dspark || echo "$EXP")
-mkdir -p "$OUT/ship" && cd "$OUT/ship"
-tar -czf - -C "$OLDPWD/outputs/$EXP" final | split -b 15000000 -d - "${NAME}_final.tgz."
-regen="$OLDPWD/artifacts/smollm2-data/train.regen.jsonl"  # absent in the off-policy pipeline
-[ -f "$regen" ] && tar -czf - -C "$OLDPWD/artifacts/smollm2-data" train.regen.jsonl \
-  heldout.regen.jsonl all.regen.jsonl.summary.json | split -b 15000000 -d - smollm2_regen.tgz.
+REPO=$PWD D=$PWD/artifacts/smollm2-data; mkdir -p "$OUT/ship" && cd "$OUT/ship"
+pack_data() {  # absent in the off-policy pipeline; shipped once
+  [ -f "$D/all.regen.jsonl" ] && [ ! -f smollm2_regen.tgz.00 ] || return 0
+  tar -czf - -C "$D" all.regen.jsonl all.regen.jsonl.summary.json |
+    split -b 15000000 -d - smollm2_regen.tgz.
+}
+if [ "${1:-}" = data ]; then
+  pack_data
+else
+  EXP="${1:-smollm2_dspark}"; NAME=$([ "$EXP" = smollm2_dspark ] && echo dspark || echo "$EXP")
+  tar -czf - -C "$REPO/outputs/$EXP" final | split -b 15000000 -d - "${NAME}_final.tgz."
+  pack_data
+fi
 sha256sum ./*.tgz.* >SHA256SUMS; ls -la

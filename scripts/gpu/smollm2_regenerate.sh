@@ -15,6 +15,9 @@
 #   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
 #   prompt's first answers.
 # --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.
+# Answers an earlier session wrote (`smollm2_pack.sh data` shipped them as smollm2_regen.tgz.*;
+# carry them into /tmp/carry before vLLM arrives) are restored first and this run resumes after
+# them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
 while [ $# -gt 0 ]; do
@@ -33,6 +36,9 @@ case "$SERIES" in
   *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;;
 esac
 D=artifacts/smollm2-data
+if ls /tmp/carry/smollm2_regen.tgz.* >/dev/null 2>&1 && [ ! -f $D/all.regen.jsonl ]; then
+  cat /tmp/carry/smollm2_regen.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$D/all.regen.jsonl) answers"
+fi
 REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536
 import json, os  # tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
 from transformers import AutoTokenizer
