@@ -10,6 +10,12 @@ done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site" PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 export OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
+# vLLM's FlashInfer top-k/top-p sampler is compiled on a machine's first engine start: 126 s and
+# 113 s after the memory profile in the first start of 2026-12-03 and 2026-12-04, 7-20 s in later
+# starts on the same machine (docs/benchmarks.md, "More data, 2026-12-04"). Nothing here uses it:
+# requests with their own seed (regeneration, the gates) take vLLM's native sampler, and the
+# serving benchmarks are greedy.
+export VLLM_USE_FLASHINFER_SAMPLER=0
 # vLLM (vllm_install.sh puts it in /tmp/vsite): wait_for_vllm blocks until it is there, then adds it.
 wait_for_vllm() {
   for _ in $(seq 240); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
