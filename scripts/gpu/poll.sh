@@ -9,9 +9,11 @@ cat "$RES/stages.txt" "$RES"/*/stages.txt 2>/dev/null  # the pipeline, then its 
 for f in "$RES"/*.log "$RES"/*/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1200 "$f"; }; done
 tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' --exclude=./ship . 2>/dev/null
 if [ -d "$RES/ship" ]; then
+  # SHA256SUMS every time: a later pack (the draft after the answers) rewrites it.
+  [ -f "$RES/ship/SHA256SUMS" ] && cp "$RES/ship/SHA256SUMS" "$OUT/"
   sent="$RES/ship/.sent"; touch "$sent"; n=0
   for f in "$RES"/ship/*; do
-    b=$(basename "$f"); grep -qxF "$b" "$sent" && continue
+    b=$(basename "$f"); [ "$b" = SHA256SUMS ] && continue; grep -qxF "$b" "$sent" && continue
     [ $n -lt 3 ] || break
     cp "$f" "$OUT/"; echo "$b" >>"$sent"; n=$((n + 1))
   done
