@@ -1,5 +1,6 @@
 """scripts/gpu/check_carries.py: a call's bytes are the working tree (tracked and untracked files
-git does not ignore, not ignored ones) plus its folders; over the limit or a missing folder fails."""
+git does not ignore, not ignored ones) plus its folders; over the limit or a missing folder
+fails."""
 
 import subprocess
 
