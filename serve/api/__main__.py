@@ -11,7 +11,13 @@ import argparse
 import sys
 
 from serve.api.server import run_server
-from serve.engine.options import EngineOptions, OptionsError
+from serve.engine.options import (
+    ADAPTIVE_POLICIES,
+    BUDGET_CONFIDENCES,
+    DRAFT_SAMPLING,
+    EngineOptions,
+    OptionsError,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,20 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--num-speculative-tokens", type=int, default=None)
-    ap.add_argument(
-        "--draft-sampling", default="probabilistic", choices=["greedy", "probabilistic"]
-    )
+    ap.add_argument("--draft-sampling", default="probabilistic", choices=DRAFT_SAMPLING)
     ap.add_argument("--adaptive-verification", action="store_true")
     ap.add_argument(
         "--adaptive-policy",
         default="vllm",
-        choices=["vllm", "algorithm1"],
+        choices=ADAPTIVE_POLICIES,
         help="vllm: vLLM 0.34's batch draft budget; algorithm1: the paper's admission",
     )
     ap.add_argument(
         "--adaptive-budget-confidence",
         default="current",
-        choices=["current", "previous"],
+        choices=BUDGET_CONFIDENCES,
         help="vllm policy: the confidences that pick the draft budget: this round's (current) or "
         "each request's previous round's, vLLM 0.34's lag (previous)",
     )
