@@ -3,8 +3,8 @@
 # poll.sh returns a few at a time (in name order), so a later session starts from there.
 #   bash scripts/gpu/smollm2_pack.sh data          the regenerated answers (smollm2_regen.tgz.*):
 #                                                  all.regen.jsonl and its summary. Carried back
-#                                                  into /tmp/carry, smollm2_target.sh restores
-#                                                  them and the regeneration resumes after them.
+#                                                  into /tmp/carry, smollm2_regenerate.sh
+#                                                  restores them and resumes after them.
 #   bash scripts/gpu/smollm2_pack.sh [EXPERIMENT]  the trained draft (default smollm2_dspark:
 #                                                  dspark_final.tgz.*; another: EXPERIMENT_final.tgz.*),
 #                                                  and the answers if `data` has not shipped them.
