@@ -54,8 +54,10 @@ serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
   fi
   kill $pid 2>/dev/null; wait $pid 2>/dev/null; sleep 3
 }
-serve_and_bench target_only null 8011
+# The draft first: a machine lost in the middle still returns its rows (target-only rows of the
+# same prompts from an earlier run then stand in, named as such).
 serve_and_bench dspark "$DRAFT" 8012
+serve_and_bench target_only null 8011
 [ "$VLLM_SERIES" = 0.34 ] && [ "$PLAIN" != plain ] &&
   serve_and_bench dspark_adaptive "$DRAFT" 8013 adaptive_verification=true
 python3 scripts/vllm_speedup_table.py "$OUT" | tee "$OUT/vllm_speedup.txt"
