@@ -15,11 +15,13 @@
 #   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
 #   prompt's first answers.
 # --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.
+# --restore-only: restore the shipped answers (below) and split them, without vLLM or new answers.
 # Answers an earlier session wrote (`smollm2_pack.sh data` shipped them as smollm2_regen.tgz.*;
 # carry them into /tmp/carry before vLLM arrives) are restored first and this run resumes after
 # them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
+RESTORE_ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -27,10 +29,13 @@ while [ $# -gt 0 ]; do
     --cuda-graphs) GRAPHS=1; shift ;;
     --max-seconds) MAX_SECONDS=$2; shift 2 ;;
     --gpu-memory) MEMORY=$2; shift 2 ;;
+    --restore-only) RESTORE_ONLY=1; shift ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+[ -n "$RESTORE_ONLY" ] && SERIES=none
 case "$SERIES" in
+  none) ;;
   0.26) wait_for_vllm ;;
   0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 ;;
   *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;;
@@ -44,7 +49,8 @@ D=artifacts/smollm2-data
 if ls /tmp/carry/smollm2_regen.tgz.* >/dev/null 2>&1 && [ ! -f $D/all.regen.jsonl ]; then
   cat /tmp/carry/smollm2_regen.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$D/all.regen.jsonl) answers"
 fi
-REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536
+[ -z "$RESTORE_ONLY" ] || [ -f $D/all.regen.jsonl ] || { echo "--restore-only: no shipped answers" >&2; exit 2; }
+[ -n "$RESTORE_ONLY" ] || REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536
 import json, os  # tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
 from transformers import AutoTokenizer
 from scripts.eval_acceptance import prompt_messages
@@ -72,7 +78,7 @@ with open(f"{D}/prompts.jsonl", "w") as out:
 print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
       f"{os.environ['REGEN_SAMPLES']} answers per train prompt")
 PY
-python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
+[ -n "$RESTORE_ONLY" ] || python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
   --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
   ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY} 2>&1 | grep --line-buffered -v "it/s\]"
