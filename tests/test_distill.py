@@ -163,9 +163,12 @@ def test_unwritable_output_dir(target, tmp_path, capsys):
     assert "not writable" in capsys.readouterr().err
 
 
-def test_end_to_end_exports_a_valid_vllm_checkpoint(target, tmp_path):
+def test_end_to_end_exports_a_valid_vllm_checkpoint(target, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(fast(target, out, "draft.draft_vocab_size=40")) == 0
+    assert main(fast(target, out, "draft.draft_vocab_size=40", "trainer.print_every=2")) == 0
+    # With the progress bar off, plain lines at step 1 and every 2 steps say how far a run got.
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[distill] step ")]
+    assert [x.split()[2] for x in lines] == ["1/4", "2/4", "4/4"]
     assert check_checkpoint(out / "final") == []
     assert check_checkpoint(out / "final-speculators") == []
     cfg = json.loads((out / "final" / "config.json").read_text())

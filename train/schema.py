@@ -105,6 +105,7 @@ class TrainerCfg:
     log_every: int = 1
     num_workers: int = 0
     progress: bool = True
+    print_every: int = 0  # a plain stdout line at step 1 and every N steps (0: none), for logs
     threads: int | None = None  # torch CPU threads (null: leave as is)
     step_delay_s: float = 0.0  # debugging aid: pause after each step (the crash/resume test)
     max_bad_batches: int = 0  # non-finite loss/grad batches to skip (no step) before stopping

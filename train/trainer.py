@@ -339,6 +339,12 @@ class Trainer:
             if self.step % tc.log_every == 0 or self.step == tc.max_steps:
                 self.log.log(self.step, "train", last)
             bar.set_postfix(loss=f"{last['loss']:.3f}", tau=f"{last['analytic_tau']:.2f}")
+            if tc.print_every and (self.step == 1 or self.step % tc.print_every == 0):
+                self.acc.print(
+                    f"[distill] step {self.step}/{tc.max_steps} loss {last['loss']:.3f} "
+                    f"tau {last['analytic_tau']:.2f} {last['tokens_per_s']:,.0f} tokens/s "
+                    f"({time.perf_counter() - t0:.0f} s)"
+                )
             bar.update(1)
             if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.max_steps:
                 ev = self.evaluate()

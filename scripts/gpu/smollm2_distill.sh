@@ -13,7 +13,7 @@ for e in "${EXPS[@]}"; do
   [ -f "configs/experiment/$e.yaml" ] || { echo "no configs/experiment/$e.yaml" >&2; exit 2; }
 done
 for e in "${EXPS[@]}"; do
-  python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false "${OVERRIDES[@]}" \
+  python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false trainer.print_every=25 "${OVERRIDES[@]}" \
     >"$OUT/$e.log" 2>&1 &
 done
 wait; rc=0
