@@ -67,6 +67,7 @@ def test_experiments_exist_and_dflash_is_the_ablation():
         ("trainer.max_steps=abc", "trainer.max_steps"),
         ("draft.markov_head_type=lstm", "draft.markov_head_type"),
         ("trainer.max_steps=0", "trainer.max_steps"),
+        ("trainer.max_seconds=-1", "trainer.max_seconds"),
     ],
 )
 def test_bad_override_exits_2_naming_the_key(override, key, capsys):
@@ -182,6 +183,16 @@ def test_end_to_end_exports_a_valid_vllm_checkpoint(target, tmp_path, capsys):
     assert all(len(r["acceptance_per_pos"]) == 7 for r in train)
     # A second fresh run into the same folder must be explicit.
     assert main(fast(target, out)) == 2
+
+
+def test_time_budget_stops_early_and_still_exports(target, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ("trainer.max_steps=50", "trainer.max_seconds=0.3", "trainer.step_delay_s=0.2")
+    assert main(fast(target, out, *args)) == 0
+    step = json.loads((out / "summary.json").read_text())["step"]
+    assert step in (1, 2)  # each step takes at least its 0.2 s delay
+    assert f"trainer.max_seconds=0.3 reached after step {step} of 50" in capsys.readouterr().out
+    assert check_checkpoint(out / "final") == []
 
 
 def test_incompatible_resume_is_refused_before_anything_changes(target, tmp_path, capsys):

@@ -44,6 +44,9 @@ def compose_config(overrides: list[str], config_name: str = "distill") -> DictCo
     for key in ("trainer.max_steps", "trainer.micro_batch_size", "trainer.grad_accum"):
         if OmegaConf.select(cfg, key) < 1:
             raise BadConfig(f"{key} must be >= 1")
+    for key in ("trainer.max_seconds", "trainer.print_every"):
+        if OmegaConf.select(cfg, key) < 0:
+            raise BadConfig(f"{key} must be >= 0 (0: off)")
     if cfg.data.seq_len < cfg.draft.block_size + 2:
         raise BadConfig(f"data.seq_len={cfg.data.seq_len} is shorter than a block + anchor")
     return cfg

@@ -97,6 +97,7 @@ class TrainerCfg:
     micro_batch_size: int = 1  # sequences per rank per micro-step
     grad_accum: int = 1
     max_steps: int = 100
+    max_seconds: float = 0.0  # stop (evaluate, save, export) once training ran this long; 0: off
     num_anchors: int = 512
     eval_every: int = 0  # 0 = only at the end
     eval_batches: int = 8

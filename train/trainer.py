@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast
 from tqdm.auto import tqdm
 
 from common.model import DSparkDraftModel
@@ -311,6 +312,17 @@ class Trainer:
             f"{tc.max_bad_batches}). {resume}."
         )
 
+    def _out_of_time(self, t0: float) -> bool:
+        """trainer.max_seconds spent; every rank takes the main process's clock, so all stop
+        after the same step."""
+        limit = self.cfg.trainer.max_seconds
+        if not limit:
+            return False
+        over = torch.tensor(float(time.perf_counter() - t0 >= limit), device=self.acc.device)
+        if self.acc.num_processes > 1:
+            over = broadcast(over, from_process=0)
+        return bool(over.item())
+
     def fit(self) -> RunResult:
         tc = self.cfg.trainer
         main = self.acc.is_main_process
@@ -354,6 +366,13 @@ class Trainer:
                 self.save()
             if tc.step_delay_s:
                 time.sleep(tc.step_delay_s)
+            if self._out_of_time(t0) and self.step < tc.max_steps:
+                self.acc.print(
+                    f"[distill] trainer.max_seconds={tc.max_seconds:g} reached after step "
+                    f"{self.step} of {tc.max_steps}: stopping early (the learning-rate schedule "
+                    "was planned for max_steps; resume=true continues the run)"
+                )
+                break
         bar.close()
         final_eval = self.evaluate()
         if final_eval:
