@@ -1,0 +1,150 @@
+"""What the engine should realize at T=0, from one teacher-forced pass: an independent check of
+serving against training, on a real target.
+
+    python scripts/teacher_forced_acceptance.py --target artifacts/smollm2-135m-instruct \
+        --checkpoint DRAFT --prompts sharegpt=heldout.jsonl --num-prompts 8 --max-tokens 128
+
+At T=0 a round anchored at p accepts the longest prefix of drafts equal to the target's greedy
+tokens, and within that prefix the Markov head has seen the true previous tokens. So the accepted
+count of every round is fixed by the greedy text alone: one training-path pass
+(`TargetCapture` + `forward_train` + `block_logits`, teacher-forced) over prompt + greedy answer
+gives it at every answer position. Walking those counts from the first answer token (anchor, accept
+a, next anchor a + 1 further on) gives the acceptance length the engine must realize; averaging
+over every anchor gives the text's mean. The engine runs the same prompts at T=0 and its counters
+are printed beside both: a gap between the walk and the engine is a serving bug, not the draft.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.target import TargetCapture  # noqa: E402
+from scripts.eval_acceptance import evaluate, heldout_prompts, parse_prompt_files  # noqa: E402
+from serve.engine import Engine  # noqa: E402
+from serve.engine.options import EngineOptions  # noqa: E402
+
+
+@torch.no_grad()
+def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
+    """`ids` and the target's next `n` greedy tokens, past any end-of-text token: a round that
+    drafts past the end (EOS, max_tokens) is still verified, and its accepted drafts counted, by
+    the engine as by vLLM."""
+    for _ in range(n):
+        nxt = target(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+    return ids
+
+
+@torch.no_grad()
+def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
+    """[len(answer)] drafts a T=0 round anchored at each answer position would accept (anchor
+    p = prompt length + i holds answer[i]), against the answer followed by the target's own
+    greedy tokens past its end."""
+    draft, target = engine.draft_model, engine.target_model
+    nd = engine.num_spec
+    ids = greedy_beyond(target, torch.tensor([prompt + answer], device=engine.device), nd)
+    cap = TargetCapture(target, draft.config.target_layer_ids)
+    try:
+        aux = cap(ids).aux
+    finally:
+        cap.close()
+    lp = len(prompt)
+    anchors = torch.arange(lp, lp + len(answer), device=ids.device).unsqueeze(0)
+    valid = torch.ones_like(anchors, dtype=torch.bool)
+    fo = draft.forward_train(aux, ids, anchors, valid)
+    logits = draft.block_logits(fo.hidden, fo.markov_input)  # [1, A, Nd, Vd]
+    guess = draft.map_draft_to_target(logits.argmax(-1))
+    hit = (guess == ids[0, fo.label_pos[0]].unsqueeze(0)) & fo.in_range
+    return hit[0].long().cumprod(-1).sum(-1).clamp(max=nd)  # leading matches per anchor
+
+
+def walk(counts: torch.Tensor) -> tuple[int, int]:
+    """(rounds, accepted) of the engine's path over an answer of len(counts) tokens: anchor 0,
+    then a + 1 further after accepting a; a round starts while the answer has tokens after its
+    anchor (the request is not finished)."""
+    p = rounds = acc = 0
+    while p < counts.numel() - 1:
+        a = int(counts[p])
+        rounds, acc, p = rounds + 1, acc + a, p + a + 1
+    return rounds, acc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--prompts", nargs="+", required=True, help="NAME=FILE chat rows")
+    ap.add_argument("--num-prompts", type=int, default=8, help="per domain")
+    ap.add_argument("--max-prompt-tokens", type=int, default=768)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    engine = Engine.from_options(
+        EngineOptions(
+            target=a.target,
+            checkpoint=a.checkpoint,
+            device=a.device,
+            dtype=a.dtype,
+            draft_sampling="greedy",
+            max_num_seqs=a.batch,
+            max_model_len=a.max_prompt_tokens + a.max_tokens,
+        )
+    )
+    nd = engine.num_spec
+    prompts = heldout_prompts(
+        a.target,
+        engine.tokenizer,
+        a.num_prompts,
+        parse_prompt_files(a.prompts),
+        a.max_prompt_tokens,
+    )
+    rows = []
+    print("| domain | prompts | engine tau | walk tau | all-anchor tau | per-slot (all anchors) |")
+    print("|---|---|---|---|---|---|")
+    for dom, ps in sorted(prompts.items()):
+        r = evaluate(engine, ps, 0.0, a.max_tokens, 0)
+        rounds = acc = 0
+        per_anchor = []
+        for prompt, out in zip(ps, r["outputs"], strict=True):
+            c = accepted_counts(engine, prompt, out)
+            n, k = walk(c)
+            rounds, acc = rounds + n, acc + k
+            per_anchor.append(c[:-1])  # the anchors a round could start from
+        allc = torch.cat(per_anchor).float()
+        slots = [float((allc > k).float().sum() / max(1, (allc >= k).sum())) for k in range(nd)]
+        row = {
+            "domain": dom,
+            "prompts": len(ps),
+            "engine_tau": r["mean_acceptance_length"],
+            "engine_conditional": r["conditional_acceptance"],
+            "walk_tau": 1 + acc / max(1, rounds),
+            "walk_rounds": rounds,
+            "every_anchor_tau": 1 + float(allc.mean()),
+            "every_anchor_conditional": slots,
+        }
+        rows.append(row)
+        print(
+            f"| {dom} | {len(ps)} | {row['engine_tau']:.3f} | {row['walk_tau']:.3f} | "
+            f"{row['every_anchor_tau']:.3f} | " + " ".join(f"{x:.2f}" for x in slots) + " |",
+            flush=True,
+        )
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

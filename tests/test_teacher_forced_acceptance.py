@@ -1,0 +1,65 @@
+"""scripts/teacher_forced_acceptance.py: the acceptance the engine realizes at T=0, predicted from
+one teacher-forced pass of the training path, must equal what the engine reports (a gap is a
+serving or training bug: the two share no code past the draft's weights)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from scripts.teacher_forced_acceptance import main, walk
+from tests.tiny import word_chat_rows, write_trained_target
+from train.distill import main as distill
+
+
+def test_walk_follows_the_engine_path_and_stops_at_the_answers_end():
+    # answer of 8 tokens: anchor 0 accepts 2 -> anchor 3 accepts 0 -> anchor 4 accepts 3 -> 8: end
+    counts = torch.tensor([2, 9, 9, 0, 3, 9, 9, 9])
+    assert walk(counts) == (3, 5)
+    assert walk(torch.tensor([4])) == (0, 0)  # a one-token answer: no round after the prefill
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A word-level target trained in seconds to walk a permutation, and a draft distilled from
+    it for 40 steps: partial acceptance (tau about 2 of 5), so a wrong count shows."""
+    root = tmp_path_factory.mktemp("tf")
+    target = write_trained_target(root / "target")
+    rows = word_chat_rows(400, seed=1)
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:360]))
+    (root / "held.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[360:]))
+    overrides = [
+        "+experiment=tiny",
+        f"target.path={target}",
+        "target.build_tiny=false",
+        f"output_dir={root / 'run'}",
+        f"data.train={root / 'train.jsonl'}",
+        "data.regenerate.enabled=true",  # the target's own greedy answers
+        "data.regenerate.temperature=0",
+        "data.regenerate.max_new_tokens=8",
+        "data.regenerate.batch_size=64",
+        "data.seq_len=64",
+        "trainer.micro_batch_size=8",
+        "trainer.num_anchors=16",
+        "trainer.max_steps=40",
+        "trainer.progress=false",
+        "trainer.threads=1",
+        "draft.num_hidden_layers=1",
+        "draft.block_size=4",
+    ]
+    assert distill(overrides) == 0
+    return target, root / "run" / "final", root / "held.jsonl"
+
+
+@pytest.mark.parametrize("max_tokens", [12, 5])  # answers end on EOS (7 tokens) / are cut
+def test_engine_realizes_exactly_the_teacher_forced_walk(trained, tmp_path, max_tokens):
+    target, ckpt, held = trained
+    out = tmp_path / "tf.json"
+    args = ["--target", str(target), "--checkpoint", str(ckpt), "--prompts", f"w={held}"]
+    args += ["--num-prompts", "40", "--max-tokens", str(max_tokens), "--device", "cpu"]
+    assert main([*args, "--threads", "1", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["prompts"] == 40 and row["walk_rounds"] > 40
+    assert 1.5 < row["engine_tau"] < 4.5  # neither nothing nor everything accepted
+    assert row["walk_tau"] == pytest.approx(row["engine_tau"], abs=1e-9)
