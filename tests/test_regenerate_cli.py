@@ -2,6 +2,7 @@
 summarises the file (rows, token counts re-counted naively here, one set of sampling settings)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,9 +145,10 @@ def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
 
 
 def test_deadline_stops_between_chunks_and_a_rerun_completes(target_dir, tmp_path, monkeypatch):
-    """No chunk starts after the deadline (the clock here advances 10 s per look): the file keeps
-    the whole chunks written before it, the CLI's summary counts the rows still missing, and a
-    rerun without a deadline writes exactly what an uninterrupted run writes."""
+    """No chunk starts that the previous one's duration says would end past the deadline (the
+    clock here advances 10 s per look, so a chunk takes 10 s): the file keeps the whole chunks
+    written before it, the CLI's summary counts the rows still missing, and a rerun without a
+    deadline writes exactly what an uninterrupted run writes."""
     import itertools
     import types
 
@@ -159,17 +161,31 @@ def test_deadline_stops_between_chunks_and_a_rerun_completes(target_dir, tmp_pat
     whole = tmp_path / "whole.jsonl"
     assert main([*args, "--out", str(whole)]) == 0
 
-    out = tmp_path / "cut.jsonl"
-    clock = itertools.count(0.0, 10.0)
-    monkeypatch.setattr(regen, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
     rows = [chat(i) for i in range(5)]
     sampling = {"temperature": 0.7, "top_p": 0.8, "max_new_tokens": 4, "seed": 0}
-    # Looks at 0 s and 10 s start chunks; the look at 20 s is past the deadline of 15 s.
-    n = regen.regenerate_responses(
-        rows, str(target_dir), str(target_dir), sampling, out, 2, on_bad_row="skip", deadline=15.0
-    )
+
+    def cut(deadline: float, name: str) -> tuple[int, Path]:
+        clock = itertools.count(0.0, 10.0)
+        monkeypatch.setattr(regen, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+        path = tmp_path / name
+        n = regen.regenerate_responses(
+            rows,
+            str(target_dir),
+            str(target_dir),
+            sampling,
+            path,
+            2,
+            on_bad_row="skip",
+            deadline=deadline,
+        )
+        monkeypatch.undo()
+        return n, path
+
+    # Chunk 1 runs 0-10 s; chunk 2 would run 20-30 s: past a deadline of 25 s, so it never starts
+    # (it would, were only its start checked); within 35 s it runs, and chunk 3 (at 40 s) not.
+    assert cut(25.0, "early.jsonl")[0] == 2
+    n, out = cut(35.0, "cut.jsonl")
     assert n == 4 and out.read_text() == "".join(whole.read_text().splitlines(True)[:4])
-    monkeypatch.undo()
 
     assert main([*args, "--out", str(out), "--max-seconds", "0"]) == 0  # starts nothing
     summary = json.loads((tmp_path / "cut.jsonl.summary.json").read_text())

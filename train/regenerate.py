@@ -3,9 +3,10 @@
 On-policy data for distillation (the paper regenerates every response with the target at T=0.7,
 top-p 0.8): each conversation's final assistant turn is dropped and the target writes its own
 (train/data/regenerate.py holds the contracts). The run is resumable: rerun the same command after a
-kill and only missing rows are generated; `--max-seconds` starts no new chunk of `--batch-size`
-rows after that long (the running one finishes), so a run with a fixed time budget keeps what it
-wrote and a rerun goes on from there. Beside OUT it writes OUT.summary.json (rows, tokens,
+kill and only missing rows are generated; `--max-seconds` ends the run by that time: a chunk of
+`--batch-size` rows starts only if, at the previous chunk's pace, it ends within it (the first
+always starts), so a run with a fixed time budget keeps what it wrote and a rerun goes on from
+there. Beside OUT it writes OUT.summary.json (rows, tokens,
 finish reasons, sampling, backend, seconds), which `train.distill` copies into the checkpoint's
 provenance when OUT is its `data.train`.
 """
@@ -35,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--max-seconds", type=float, default=None, help="start no new chunk after this long"
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="be done by then: no chunk starts that would end later",
     )
     ap.add_argument(
         "--vllm-cuda-graphs", action="store_true", help="vllm backend: CUDA graphs (default eager)"

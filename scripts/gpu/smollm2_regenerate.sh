@@ -10,8 +10,9 @@
 #   tokens/s on 2026-12-03). 512, not more: vLLM captures decode graphs up to 512 on Hopper by
 #   default. On 2026-12-04 (vLLM 0.26, 512 running requests) it wrote 48.9 answers and 16.9k answer
 #   tokens a second after a 155-s start, little above eager: the loop is bound by the host.
-# --max-seconds S: no new chunk of 4,096 prompts starts after S seconds (engine start included); what
-#   was written is kept and split as usual. The prompt file lists the held-out prompts first, then
+# --max-seconds S: done by S seconds (engine start included): no chunk of 4,096 prompts starts that
+#   would end later at the previous chunk's pace (2026-12-04, when only a chunk's start was checked,
+#   a 300-s budget ran to 397 s); what was written is kept and split as usual. The prompt file lists the held-out prompts first, then
 #   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
 #   prompt's first answers.
 # --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.

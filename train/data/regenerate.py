@@ -157,8 +157,8 @@ def regenerate_responses(
     target tokenizer (instance or path), used for the chat template. `template_kwargs` go to the
     chat template (e.g. {"enable_thinking": False}). `vllm_options`: `VLLMGenerator`'s
     `cuda_graphs` / `max_num_seqs` / `gpu_memory_utilization` (vllm backend only). `deadline`: a
-    `time.monotonic()` after which no further chunk starts (the one running finishes); a rerun
-    resumes from there.
+    `time.monotonic()` to be done by: no chunk starts after it, nor one that the previous chunk's
+    duration says would end past it (the first always starts); a rerun resumes from there.
     """
     sampling = _sampling(sampling)
     if on_bad_row not in ("error", "skip"):
@@ -188,12 +188,15 @@ def regenerate_responses(
     bar = tqdm(total=sum(len(c) for c in todo), unit="row", desc="regenerate")
     try:
         with open(out_path, "a", encoding="utf-8") as out:
+            last = 0.0  # seconds the previous chunk took
             for chunk in todo:
-                if deadline is not None and time.monotonic() >= deadline:
+                start = time.monotonic()
+                if deadline is not None and start + last > deadline:
                     log.warning("deadline: %d rows written, the rest left for a rerun", written)
                     break
                 prompts, indices = [p for _, _, p in chunk], [i for i, _, _ in chunk]
                 results = generate(prompts, indices, chunk_index=indices[0] // batch_size)
+                last = time.monotonic() - start
                 for (i, msgs, _), (text, finish) in zip(chunk, results):
                     if i in done:  # a partly written chunk is regenerated whole (module doc)
                         continue
