@@ -77,6 +77,7 @@ SHAPES = {
             "fused_flex",
             "fused_flex_tflex",
             "fused_flex_tflex_compile",
+            "fused_flex_tflex_compile_tcompile",
             "fsdp",
         ],
     },
@@ -149,7 +150,8 @@ SHAPES = {
 #   attention        trainer.draft_attention: "sdpa" (dense boolean mask) | "flex" (BlockMask)
 #   target_attention trainer.target_attention: "sdpa" (dense document-causal mask) | "flex"
 #   compile_draft    trainer.compile_draft: torch.compile each draft layer
-# (the last three are trainer settings, applied by train.setup.apply_speed_settings as
+#   compile_target   trainer.compile_target: torch.compile each target decoder layer
+# (the last four are trainer settings, applied by train.setup.apply_speed_settings as
 # `train.distill` applies them)
 #   distributed      trainer.distributed (fsdp runs in a torchrun child)
 VARIANT_DEFAULTS = dict(
@@ -157,6 +159,7 @@ VARIANT_DEFAULTS = dict(
     attention="sdpa",
     target_attention="sdpa",
     compile_draft=False,
+    compile_target=False,
     distributed="none",
 )
 VARIANTS = {
@@ -165,6 +168,9 @@ VARIANTS = {
     "fused_flex": dict(attention="flex"),
     "fused_flex_tflex": dict(attention="flex", target_attention="flex"),
     "fused_flex_tflex_compile": dict(attention="flex", target_attention="flex", compile_draft=True),
+    "fused_flex_tflex_compile_tcompile": dict(
+        attention="flex", target_attention="flex", compile_draft=True, compile_target=True
+    ),
     "fsdp": dict(attention="flex", target_attention="flex", distributed="fsdp"),
 }
 STEP_PHASES = ("anchors", "target_forward", "draft_and_loss_forward", "backward", "optimizer")
@@ -418,6 +424,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
             f"trainer.draft_attention={v['attention']}",
             f"trainer.target_attention={v['target_attention']}",
             f"trainer.compile_draft={str(v['compile_draft']).lower()}",
+            f"trainer.compile_target={str(v['compile_target']).lower()}",
             *user_over,
             *extra,
         ]
@@ -596,7 +603,9 @@ def bench_scale(args, on_row=None) -> dict:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     variants = args.variants or SHAPES[args.shape]["variants"]
     if dev.type == "cpu":  # no CPU flex-attention backward; no single-process FSDP on CPU
-        cpu_ok = dict(attention="sdpa", target_attention="sdpa", compile_draft=False)
+        cpu_ok = dict(
+            attention="sdpa", target_attention="sdpa", compile_draft=False, compile_target=False
+        )
         cpu_ok["distributed"] = "none"
         variants = [
             v for v in variants if all(parse_variant(v)[0][k] == x for k, x in cpu_ok.items())

@@ -103,9 +103,10 @@ def test_gpu_speed_settings_are_refused_on_the_cpu_before_writing(target, tmp_pa
     CPU the run stops naming them (exit 2) instead of failing inside a backward."""
     out = tmp_path / "out"
     extra = ("trainer.device=cpu", "trainer.draft_attention=flex", "trainer.compile_draft=true")
-    assert main(fast(target, out, *extra)) == 2
+    assert main(fast(target, out, *extra, "trainer.compile_target=true")) == 2
     err = capsys.readouterr().err
     assert "trainer.draft_attention=flex" in err and "trainer.compile_draft=true" in err
+    assert "trainer.compile_target=true" in err
     assert not (out / "checkpoints").exists() and not (out / "final").exists()
     with pytest.raises(BadConfig, match=r"trainer\.target_attention"):
         compose_config(["+experiment=tiny", "trainer.target_attention=flash"])
@@ -122,7 +123,10 @@ def test_speed_settings_reach_the_models():
     from train.setup import apply_speed_settings
 
     calls = []
-    target = types.SimpleNamespace(config=types.SimpleNamespace(_attn_implementation="sdpa"))
+    layers = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    target = types.SimpleNamespace(
+        config=types.SimpleNamespace(_attn_implementation="sdpa"), layers=layers
+    )
 
     def set_impl(name):
         calls.append(name)
@@ -137,8 +141,14 @@ def test_speed_settings_reach_the_models():
         {"draft_attention": "flex", "target_attention": "flex"}, draft, target, gpu
     )
     assert draft.train_attention == "flex" and calls == ["flex_attention"]
+    assert all(layer._compiled_call_impl is None for layer in layers)
     apply_speed_settings({}, draft, target, gpu)
     assert draft.train_attention == "sdpa" and calls == ["flex_attention", "sdpa"]
+    # trainer.compile_target compiles every target layer; a later default call undoes it.
+    apply_speed_settings({"compile_target": True}, draft, target, gpu)
+    assert all(layer._compiled_call_impl is not None for layer in layers)
+    apply_speed_settings({}, draft, target, gpu)
+    assert all(layer._compiled_call_impl is None for layer in layers)
 
 
 def test_bad_data_stops_with_row_index(target, tmp_path, capsys):

@@ -114,6 +114,7 @@ class TrainerCfg:
     draft_attention: str = "sdpa"  # the draft's block mask: sdpa (dense boolean) | flex (BlockMask)
     target_attention: str = "sdpa"  # the target's document-causal mask: sdpa | flex
     compile_draft: bool = False  # torch.compile each draft layer
+    compile_target: bool = False  # torch.compile each target decoder layer (forward only)
 
 
 @dataclass

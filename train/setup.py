@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from common.config import DSparkConfig
+from common.target import decoder_layers
 from common.vocab import VocabMap, build_vocab_map, counts_hash
 from train.data import build_dataset, count_loss_tokens, load_rows
 from train.data.heldout import AUTO, HELDOUT_FRACTION, carve_heldout, target_heldout_path
@@ -82,14 +83,15 @@ def load_target(tcfg, device: torch.device):
 
 
 def apply_speed_settings(tcfg, draft, target, device: torch.device) -> None:
-    """`trainer.draft_attention`, `trainer.target_attention` and `trainer.compile_draft` onto the
-    models before training. GPU only: there is no flex-attention backward on the CPU, and
-    compiling was measured only on the GPU (scripts/bench_train_scale.py, docs/benchmarks.md "The
-    trainer at Qwen3-8B shape"). A target left on flex by an earlier call goes back to sdpa."""
+    """`trainer.draft_attention`, `trainer.target_attention`, `trainer.compile_draft` and
+    `trainer.compile_target` onto the models before training. GPU only: there is no
+    flex-attention backward on the CPU, and compiling was measured only on the GPU
+    (scripts/bench_train_scale.py, docs/benchmarks.md "The trainer at Qwen3-8B shape"). A target
+    left on flex by an earlier call goes back to sdpa."""
     attention = {k: tcfg.get(k, "sdpa") for k in ("draft_attention", "target_attention")}
-    compile_draft = bool(tcfg.get("compile_draft", False))
+    compiled = {k: bool(tcfg.get(k, False)) for k in ("compile_draft", "compile_target")}
     gpu_only = [f"trainer.{k}=flex" for k, v in attention.items() if v == "flex"]
-    gpu_only += ["trainer.compile_draft=true"] if compile_draft else []
+    gpu_only += [f"trainer.{k}=true" for k, v in compiled.items() if v]
     if device.type != "cuda" and gpu_only:
         raise SetupError(
             f"{', '.join(gpu_only)}: GPU only, and this run trains on {device.type}; leave "
@@ -100,9 +102,15 @@ def apply_speed_settings(tcfg, draft, target, device: torch.device) -> None:
         target.set_attn_implementation("flex_attention")
     elif getattr(target.config, "_attn_implementation", None) == "flex_attention":
         target.set_attn_implementation("sdpa")
-    if compile_draft:
+    if compiled["compile_draft"]:
         for layer in draft.layers:
             layer.compile()
+    # The target's layers before TargetCapture hooks them (a compiled call runs the hooks).
+    for layer in decoder_layers(target):
+        if compiled["compile_target"]:
+            layer.compile()
+        else:  # undo an earlier call's (nn.Module.compile keeps the compiled call here)
+            layer._compiled_call_impl = None
 
 
 def draft_config(dcfg, target_model, tokenizer, target_path: str, mask=None) -> DSparkConfig:
