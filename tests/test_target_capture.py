@@ -59,3 +59,22 @@ def test_default_ids_from_config_feed_the_draft(target, ids):
 def test_final_or_missing_layer_raises(target, bad):
     with pytest.raises(ValueError, match=r"draft\.target_layer_ids"):
         TargetCapture(target, bad)
+
+
+def test_capture_through_compiled_layers_equals_eager(ids):
+    """trainer.compile_target compiles each decoder layer before TargetCapture hooks them: the
+    compiled call must still run the hooks and give the eager states."""
+    from train.setup import apply_speed_settings
+
+    torch.manual_seed(0)
+    cfg = tiny_target_config(64, HIDDEN, 4, 2, 1, max_position_embeddings=64)
+    model = Qwen3ForCausalLM(cfg).eval()
+    ref = TargetCapture(model, [1, 2])(ids)
+    draft = type("Draft", (), {"layers": []})()
+    apply_speed_settings({"compile_target": True}, draft, model, torch.device("cuda"))
+    try:
+        got = TargetCapture(model, [1, 2])(ids)
+    finally:
+        apply_speed_settings({}, draft, model, torch.device("cuda"))
+    torch.testing.assert_close(got.aux, ref.aux, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.final, ref.final, rtol=1e-5, atol=1e-6)
