@@ -35,7 +35,8 @@ from serve.engine.options import EngineOptions  # noqa: E402
 def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
     """`ids` and the target's next `n` greedy tokens, past any end-of-text token: a round that
     drafts past the end (EOS, max_tokens) is still verified, and its accepted drafts counted, by
-    the engine as by vLLM."""
+    the engine as by vLLM (0.34's scheduler counts accepted drafts from the sampled tokens before
+    its stop check, and schedules whole draft blocks near max_tokens)."""
     for _ in range(n):
         nxt = target(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)
         ids = torch.cat([ids, nxt], dim=1)
