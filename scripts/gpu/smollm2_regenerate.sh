@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SmolLM2, stage 2: the target answers the train and held-out ShareGPT prompts itself with vLLM
-# (T=0.7, top-p 0.8, up to 512 new tokens), one engine start for both splits.
+# (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
-#     [--max-seconds S] [--gpu-memory F]
+#     [--max-seconds S] [--gpu-memory F] [--temperature T] [--restore-only]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -12,17 +12,20 @@
 #   tokens a second after a 155-s start, little above eager: the loop is bound by the host.
 # --max-seconds S: done by S seconds (engine start included): no chunk of 4,096 prompts starts that
 #   would end later at the previous chunk's pace (2026-12-04, when only a chunk's start was checked,
-#   a 300-s budget ran to 397 s); what was written is kept and split as usual. The prompt file lists the held-out prompts first, then
-#   the train prompts once per sample, so a cut run still holds every held-out prompt and each train
-#   prompt's first answers.
+#   a 300-s budget ran to 397 s); what was written is kept and split as usual. The prompt file
+#   lists the held-out prompts first, then the train prompts once per sample, so a cut run still
+#   holds every held-out prompt and each train prompt's first answers.
 # --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.
 # --restore-only: restore the shipped answers (below) and split them, without vLLM or new answers.
+# --temperature T (default 0.7, with top-p 0.8): 0 writes the target's greedy answers, the
+#   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
+#   --samples 1 with it (greedy answers to one prompt are all the same).
 # Answers an earlier session wrote (`smollm2_pack.sh data` shipped them as smollm2_regen.tgz.*;
 # carry them into /tmp/carry before vLLM arrives) are restored first and this run resumes after
 # them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
-RESTORE_ONLY=""
+RESTORE_ONLY="" TEMPERATURE=0.7
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -31,6 +34,7 @@ while [ $# -gt 0 ]; do
     --max-seconds) MAX_SECONDS=$2; shift 2 ;;
     --gpu-memory) MEMORY=$2; shift 2 ;;
     --restore-only) RESTORE_ONLY=1; shift ;;
+    --temperature) TEMPERATURE=$2; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -80,7 +84,7 @@ print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
       f"{os.environ['REGEN_SAMPLES']} answers per train prompt")
 PY
 [ -n "$RESTORE_ONLY" ] || python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
-  --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature 0.7 --top-p 0.8 --max-new-tokens 512 \
+  --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
   ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY} 2>&1 | grep --line-buffered -v "it/s\]"
 python3 - <<'PY'
