@@ -318,10 +318,11 @@ class Trainer:
         limit = self.cfg.trainer.max_seconds
         if not limit:
             return False
-        over = torch.tensor(float(time.perf_counter() - t0 >= limit), device=self.acc.device)
-        if self.acc.num_processes > 1:
-            over = broadcast(over, from_process=0)
-        return bool(over.item())
+        over = time.perf_counter() - t0 >= limit
+        if self.acc.num_processes > 1:  # one small collective; a single process needs no device
+            flag = torch.tensor(float(over), device=self.acc.device)
+            over = bool(broadcast(flag, from_process=0).item())
+        return over
 
     def fit(self) -> RunResult:
         tc = self.cfg.trainer
@@ -366,7 +367,7 @@ class Trainer:
                 self.save()
             if tc.step_delay_s:
                 time.sleep(tc.step_delay_s)
-            if self._out_of_time(t0) and self.step < tc.max_steps:
+            if self.step < tc.max_steps and self._out_of_time(t0):
                 self.acc.print(
                     f"[distill] trainer.max_seconds={tc.max_seconds:g} reached after step "
                     f"{self.step} of {tc.max_steps}: stopping early (the learning-rate schedule "
