@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # SmolLM2: what a lost machine must not take with it, as < 16 MB parts under $OUT/ship, which
 # poll.sh returns a few at a time (in name order), so a later session starts from there.
-#   bash scripts/gpu/smollm2_pack.sh data          the regenerated answers (smollm2_regen.tgz.*):
-#                                                  all.regen.jsonl and its summary. Carried back
-#                                                  into /tmp/carry, smollm2_regenerate.sh
-#                                                  restores them and resumes after them.
+#   bash scripts/gpu/smollm2_pack.sh data          the regenerated answers, one archive a tag
+#                                                  (smollm2_regenerate.sh --tag, default regen):
+#                                                  all.TAG.jsonl and its summary as
+#                                                  smollm2_TAG.tgz.*. Carried back into /tmp/carry,
+#                                                  smollm2_regenerate.sh restores them and resumes
+#                                                  after them.
 #   bash scripts/gpu/smollm2_pack.sh [EXPERIMENT]  the trained draft (default smollm2_dspark:
 #                                                  dspark_final.tgz.*; another: EXPERIMENT_final.tgz.*),
 #                                                  and the answers if `data` has not shipped them.
 # Rebuild here with: cat NAME.tgz.* | tar -xz   (sha256 in ship/SHA256SUMS).
 set -euo pipefail; cd "$(dirname "$0")/../.."
 REPO=$PWD D=$PWD/artifacts/smollm2-data; mkdir -p "$OUT/ship" && cd "$OUT/ship"
-pack_data() {  # absent in the off-policy pipeline; shipped once
-  [ -f "$D/all.regen.jsonl" ] && [ ! -f smollm2_regen.tgz.00 ] || return 0
-  tar -czf - -C "$D" all.regen.jsonl all.regen.jsonl.summary.json |
-    split -b 15000000 -d - smollm2_regen.tgz.
+pack_data() {  # absent in the off-policy pipeline; each tag shipped once
+  local f tag
+  for f in "$D"/all.*.jsonl; do
+    [ -f "$f" ] || continue
+    tag=${f##*/all.}; tag=${tag%.jsonl}
+    [ -f "smollm2_$tag.tgz.00" ] && continue
+    ls /tmp/carry/smollm2_$tag.tgz.* >/dev/null 2>&1 && continue  # carried in: shipped before
+    tar -czf - -C "$D" "all.$tag.jsonl" "all.$tag.jsonl.summary.json" | split -b 15000000 -d - "smollm2_$tag.tgz."
+  done
 }
 if [ "${1:-}" = data ]; then
   pack_data

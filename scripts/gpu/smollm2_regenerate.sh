@@ -2,7 +2,7 @@
 # SmolLM2, stage 2: the target answers the train and held-out ShareGPT prompts itself with vLLM
 # (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
-#     [--max-seconds S] [--gpu-memory F] [--temperature T] [--restore-only]
+#     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--restore-only]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -20,12 +20,15 @@
 # --temperature T (default 0.7, with top-p 0.8): 0 writes the target's greedy answers, the
 #   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
 #   --samples 1 with it (greedy answers to one prompt are all the same).
-# Answers an earlier session wrote (`smollm2_pack.sh data` shipped them as smollm2_regen.tgz.*;
-# carry them into /tmp/carry before vLLM arrives) are restored first and this run resumes after
-# them: with the same --samples the prompt file is the same, row for row.
+# --tag NAME (default regen): the files are all.NAME.jsonl, train.NAME.jsonl and heldout.NAME.jsonl
+#   (each with its .summary.json), so a second set of answers (e.g. --temperature 0 --tag greedy)
+#   sits beside the first and smollm2_mix.sh can join them.
+# Answers an earlier session wrote (`smollm2_pack.sh data [NAME]` shipped them as
+# smollm2_NAME.tgz.*; carry them into /tmp/carry before vLLM arrives) are restored first and this
+# run resumes after them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
-RESTORE_ONLY="" TEMPERATURE=0.7
+RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
     --gpu-memory) MEMORY=$2; shift 2 ;;
     --restore-only) RESTORE_ONLY=1; shift ;;
     --temperature) TEMPERATURE=$2; shift 2 ;;
+    --tag) TAG=$2; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -50,11 +54,11 @@ esac
 # (16.9k answer tokens/s with CUDA graphs vs about 15k eager, 2026-12-04), and in one process the
 # loop also builds every step's outputs.
 unset VLLM_ENABLE_V1_MULTIPROCESSING
-D=artifacts/smollm2-data
-if ls /tmp/carry/smollm2_regen.tgz.* >/dev/null 2>&1 && [ ! -f $D/all.regen.jsonl ]; then
-  cat /tmp/carry/smollm2_regen.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$D/all.regen.jsonl) answers"
+D=artifacts/smollm2-data ALL=artifacts/smollm2-data/all.$TAG.jsonl
+if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
+  cat /tmp/carry/smollm2_$TAG.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$ALL) answers"
 fi
-[ -z "$RESTORE_ONLY" ] || [ -f $D/all.regen.jsonl ] || { echo "--restore-only: no shipped answers" >&2; exit 2; }
+[ -z "$RESTORE_ONLY" ] || [ -f $ALL ] || { echo "--restore-only: no shipped answers ($ALL)" >&2; exit 2; }
 [ -n "$RESTORE_ONLY" ] || REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536
 import json, os  # tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
 from transformers import AutoTokenizer
@@ -84,19 +88,20 @@ print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
       f"{os.environ['REGEN_SAMPLES']} answers per train prompt")
 PY
 [ -n "$RESTORE_ONLY" ] || python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
-  --out $D/all.regen.jsonl --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" --top-p 0.8 --max-new-tokens 512 \
+  --out $ALL --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
   ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY} 2>&1 | grep --line-buffered -v "it/s\]"
-python3 - <<'PY'
-import json
-D = "artifacts/smollm2-data"
-files = {s: open(f"{D}/{s}.regen.jsonl", "w") for s in ("train", "heldout")}
-for line in open(f"{D}/all.regen.jsonl"):
+python3 - "$TAG" <<'PY'
+import json, sys
+D, tag = "artifacts/smollm2-data", sys.argv[1]
+files = {s: open(f"{D}/{s}.{tag}.jsonl", "w") for s in ("train", "heldout")}
+for line in open(f"{D}/all.{tag}.jsonl"):
     files[json.loads(line)["split"]].write(line)
 for f in files.values():
     f.close()
-summary = json.load(open(f"{D}/all.regen.jsonl.summary.json"))
+summary = json.load(open(f"{D}/all.{tag}.jsonl.summary.json"))
 for s in files:  # distill reads PATH.summary.json into the checkpoint's provenance
-    json.dump({**summary, "split": s}, open(f"{D}/{s}.regen.jsonl.summary.json", "w"), indent=2)
+    json.dump({**summary, "split": s}, open(f"{D}/{s}.{tag}.jsonl.summary.json", "w"), indent=2)
 PY
-cp $D/all.regen.jsonl.summary.json "$OUT/regenerate_summary.json"; wc -l $D/*.regen.jsonl
+S=regenerate_summary.json; [ "$TAG" = regen ] || S=regenerate_${TAG}_summary.json
+cp $ALL.summary.json "$OUT/$S"; wc -l $D/*.$TAG.jsonl

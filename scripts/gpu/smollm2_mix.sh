@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SmolLM2, between regeneration and training: train rows from several sources as one file,
+# artifacts/smollm2-data/train.mix.jsonl, for smollm2_dspark_16k.
+#   bash scripts/gpu/smollm2_mix.sh [FILE...]     (files under artifacts/smollm2-data)
+# Default: train.regen.jsonl (the target's own answers) and sharegpt-train.jsonl (ShareGPT's
+# answers to the same prompts, off-policy). The distillation targets are the target's logits in
+# every case; the sources only change the contexts, e.g. train.greedy.jsonl (the target's greedy
+# answers, the contexts a greedily served draft meets) beside train.regen.jsonl (T=0.7), or
+# ShareGPT's own, which keep a draft trained on many tokens from passing over too few answers.
+# Beside it, train.mix.jsonl.summary.json (train.distill records it as provenance): the first
+# source's summary (the regeneration's, if it has one) and every source's file, rows and summary.
+set -euo pipefail; cd "$(dirname "$0")/../.."
+D=artifacts/smollm2-data
+SOURCES=("$@"); [ $# -gt 0 ] || SOURCES=(train.regen.jsonl sharegpt-train.jsonl)
+for f in "${SOURCES[@]}"; do [ -s "$D/$f" ] || { echo "smollm2_mix.sh: no rows in $D/$f" >&2; exit 2; }; done
+(cd $D && cat "${SOURCES[@]}") >$D/train.mix.jsonl
+python3 - "$D" "${SOURCES[@]}" <<'PY'
+import json, os, sys
+d, sources = sys.argv[1], sys.argv[2:]
+def source(name):
+    path = f"{d}/{name}"
+    s = {"file": path, "rows": sum(1 for _ in open(path))}
+    if os.path.exists(path + ".summary.json"):
+        s["summary"] = json.load(open(path + ".summary.json"))
+    else:
+        s["answers"] = "the dataset's own (off-policy)"
+    return s
+parts = [source(n) for n in sources]
+summary = {**parts[0].get("summary", {}), "mixed_from": parts}
+json.dump(summary, open(f"{d}/train.mix.jsonl.summary.json", "w"), indent=2)
+print(json.dumps([{k: p[k] for k in ("file", "rows")} for p in parts]))
+PY
+wc -l $D/train.mix.jsonl
