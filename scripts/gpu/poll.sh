@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Watch run_all.sh for up to $1 seconds (default 540; returns early when it is DONE), then return what
 # has finished so far: $OUT/results.tgz (logs, JSON, small files; no weights, no ship/) and the next
-# parts of $RES/ship not yet returned (at most 3 a poll, < 16 MB each: the device tool's limits).
+# parts of $RES/ship not yet returned (< 16 MB each), as many as the device tool returns from one
+# call: 8 files and 64 MiB in all, results.tgz and SHA256SUMS included (four 15 MB parts a poll;
+# on 2026-12-04, at three a poll, two of a draft's five parts were lost with the machine).
 RES="${RES:-/tmp/dspark-res}"; OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 end=$((SECONDS + ${1:-540}))
 while [ ! -f "$RES/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
@@ -11,11 +13,12 @@ tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' --exclude=./ship
 if [ -d "$RES/ship" ]; then
   # SHA256SUMS every time: a later pack (the draft after the answers) rewrites it.
   [ -f "$RES/ship/SHA256SUMS" ] && cp "$RES/ship/SHA256SUMS" "$OUT/"
-  sent="$RES/ship/.sent"; touch "$sent"; n=0
+  sent="$RES/ship/.sent"; touch "$sent"; n=$(find "$OUT" -type f | wc -l) room=$((64 * 1024 * 1024 - 65536))
+  for f in "$OUT"/*; do [ -f "$f" ] && room=$((room - $(stat -c %s "$f"))); done
   for f in "$RES"/ship/*; do
     b=$(basename "$f"); [ "$b" = SHA256SUMS ] && continue; grep -qxF "$b" "$sent" && continue
-    [ $n -lt 3 ] || break
-    cp "$f" "$OUT/"; echo "$b" >>"$sent"; n=$((n + 1))
+    size=$(stat -c %s "$f"); [ $n -lt 8 ] && [ "$size" -le "$room" ] || break
+    cp "$f" "$OUT/"; echo "$b" >>"$sent"; n=$((n + 1)); room=$((room - size))
   done
 fi
 ls -la "$OUT"

@@ -30,4 +30,5 @@ else
   tar -czf - -C "$REPO/outputs/$EXP" final | split -b 15000000 -d - "${NAME}_final.tgz."
   pack_data
 fi
-sha256sum ./*.tgz.* >SHA256SUMS; ls -la
+if ls ./*.tgz.* >/dev/null 2>&1; then sha256sum ./*.tgz.* >SHA256SUMS; else echo "nothing new to pack"; fi
+ls -la
