@@ -19,7 +19,8 @@ pack_data() {  # absent in the off-policy pipeline; each tag shipped once
     [ -f "$f" ] || continue
     tag=${f##*/all.}; tag=${tag%.jsonl}
     [ -f "smollm2_$tag.tgz.00" ] && continue
-    ls /tmp/carry/smollm2_$tag.tgz.* >/dev/null 2>&1 && continue  # carried in: shipped before
+    # restored from a carried-in archive and nothing added since: shipped before
+    [ -f "$f.restored_rows" ] && [ "$(cat "$f.restored_rows")" = "$(wc -l <"$f")" ] && continue
     tar -czf - -C "$D" "all.$tag.jsonl" "all.$tag.jsonl.summary.json" | split -b 15000000 -d - "smollm2_$tag.tgz."
   done
 }

@@ -57,6 +57,7 @@ unset VLLM_ENABLE_V1_MULTIPROCESSING
 D=artifacts/smollm2-data ALL=artifacts/smollm2-data/all.$TAG.jsonl
 if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
   cat /tmp/carry/smollm2_$TAG.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$ALL) answers"
+  wc -l <$ALL >$ALL.restored_rows  # smollm2_pack.sh ships the answers again only if this run added some
 fi
 [ -z "$RESTORE_ONLY" ] || [ -f $ALL ] || { echo "--restore-only: no shipped answers ($ALL)" >&2; exit 2; }
 [ -n "$RESTORE_ONLY" ] || REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536

@@ -3,12 +3,26 @@
 # target-only vs the DSpark draft, T=0, `serve.bench` at concurrency 1, 8 and 32 on held-out ShareGPT
 # prompts (<= 768 tokens, chat template applied here; 256 new tokens). serve.bench times the first
 # token (prefill) apart from the rest (TPOT): decode speed-up = TPOT target-only / TPOT DSpark.
-#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain]
+#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain | ROW...]
 # 0.26 (default): vLLM 0.26 from /tmp/vsite (vllm_install.sh). 0.34: the serving pin from /tmp/v34site
 # (vllm034_install.sh), one more row unless `plain`: the draft with adaptive verification (confidence
-# head). DRAFT_DIR: default outputs/smollm2_dspark/final.
+# head). DRAFT_DIR: default outputs/smollm2_dspark/final. ROWs, one server each, in this order
+# (default: dspark target_only, and dspark_adaptive with 0.34): dspark, target_only,
+# dspark_adaptive, dspark_kN (the draft proposing N of its tokens a round: at low acceptance the
+# last slots add little and cost verify work at high concurrency). Every row lands in $OUT as
+# vllm_ROW_cC.json and the speed-up table covers all rows there, earlier stages' too.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-VLLM_SERIES="${1:-0.26}" DRAFT="${2:-outputs/smollm2_dspark/final}" PLAIN="${3:-}"
+VLLM_SERIES="${1:-0.26}" DRAFT="${2:-outputs/smollm2_dspark/final}" ROWS=()
+for a in "${@:3}"; do
+  case "$a" in
+    plain) ROWS=(dspark target_only) ;;
+    dspark|target_only|dspark_adaptive|dspark_k[1-9]) ROWS+=("$a") ;;
+    *) echo "smollm2_serve.sh: unknown row $a (dspark, target_only, dspark_adaptive, dspark_kN, plain)" >&2; exit 2 ;;
+  esac
+done
+if [ ${#ROWS[@]} = 0 ]; then
+  ROWS=(dspark target_only); [ "$VLLM_SERIES" = 0.34 ] && ROWS+=(dspark_adaptive)
+fi
 [ -f "$DRAFT/config.json" ] || { echo "no draft checkpoint at $DRAFT" >&2; exit 2; }
 case "$VLLM_SERIES" in
   0.26) wait_for_vllm || exit 1 ;;
@@ -54,10 +68,15 @@ serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
   fi
   kill $pid 2>/dev/null; wait $pid 2>/dev/null; sleep 3
 }
-# The draft first: a machine lost in the middle still returns its rows (target-only rows of the
-# same prompts from an earlier run then stand in, named as such).
-serve_and_bench dspark "$DRAFT" 8012
-serve_and_bench target_only null 8011
-[ "$VLLM_SERIES" = 0.34 ] && [ "$PLAIN" != plain ] &&
-  serve_and_bench dspark_adaptive "$DRAFT" 8013 adaptive_verification=true
+# The draft first by default: a machine lost in the middle still returns its rows.
+port=8011
+for row in "${ROWS[@]}"; do
+  case "$row" in
+    dspark) serve_and_bench dspark "$DRAFT" $port ;;
+    target_only) serve_and_bench target_only null $port ;;
+    dspark_adaptive) serve_and_bench dspark_adaptive "$DRAFT" $port adaptive_verification=true ;;
+    dspark_k*) serve_and_bench "$row" "$DRAFT" $port num_speculative_tokens=${row#dspark_k} ;;
+  esac
+  port=$((port + 1))
+done
 python3 scripts/vllm_speedup_table.py "$OUT" | tee "$OUT/vllm_speedup.txt"
