@@ -1,0 +1,60 @@
+"""The device pipelines (scripts/gpu/*.stages, run by run_all.sh) and poll.sh, which brings their
+results back: a stage naming a missing or broken script is found here, not after a machine's
+minutes; a poll must return as many shipped parts as one device call brings back (8 files, 64 MiB
+in all), no more (the call would fail), no fewer (a lost machine keeps the rest)."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = ROOT / "scripts" / "gpu"
+STAGES = sorted(GPU.glob("*.stages"))
+CALL_LIMIT = 64 * 1024 * 1024
+
+
+def stage_lines(path: Path) -> list[list[str]]:
+    lines = (ln.split() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln and not ln[0].startswith("#")]
+
+
+@pytest.mark.parametrize("stages", STAGES, ids=lambda p: p.stem)
+def test_every_stage_names_a_script_that_parses(stages):
+    lines = stage_lines(stages)
+    assert lines, f"{stages.name}: no stages"
+    names = [ln[0] for ln in lines]
+    assert len(set(names)) == len(names), f"{stages.name}: a stage name repeats: {names}"
+    for name, script, *_ in lines:
+        path = GPU / script
+        assert path.is_file(), f"{stages.name}: stage {name} runs {script}, which is not in scripts/gpu"
+        subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def poll(res: Path, out: Path) -> list[str]:
+    subprocess.run(
+        ["bash", str(GPU / "poll.sh"), "1"],
+        env={"RES": str(res), "OUT": str(out), "PATH": "/usr/bin:/bin"},
+        check=True,
+        capture_output=True,
+    )
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_poll_returns_as_many_parts_as_one_call_carries_back(tmp_path):
+    res = tmp_path / "res"
+    (res / "ship").mkdir(parents=True)
+    (res / "DONE").touch()
+    (res / "stages.txt").write_text("12:00:00 start distill\n")
+    parts = [f"draft.tgz.0{i}" for i in range(6)]
+    for name in parts:  # sparse files: their size is what the budget reads
+        with open(res / "ship" / name, "wb") as f:
+            f.truncate(15_000_000)
+    (res / "ship" / "SHA256SUMS").write_text("sums\n")
+
+    first = poll(res, tmp_path / "out1")
+    assert first == sorted(["SHA256SUMS", "results.tgz", *parts[:4]])
+    sent = sum(p.stat().st_size for p in (tmp_path / "out1").iterdir())
+    assert sent <= CALL_LIMIT
+    assert poll(res, tmp_path / "out2") == sorted(["SHA256SUMS", "results.tgz", *parts[4:]])
+    assert poll(res, tmp_path / "out3") == ["SHA256SUMS", "results.tgz"]
