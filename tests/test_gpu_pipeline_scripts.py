@@ -27,7 +27,7 @@ def test_every_stage_names_a_script_that_parses(stages):
     assert len(set(names)) == len(names), f"{stages.name}: a stage name repeats: {names}"
     for name, script, *_ in lines:
         path = GPU / script
-        assert path.is_file(), f"{stages.name}: stage {name} runs {script}, which is not in scripts/gpu"
+        assert path.is_file(), f"{stages.name}: stage {name} runs {script}: not in scripts/gpu"
         subprocess.run(["bash", "-n", str(path)], check=True)
 
 
