@@ -212,3 +212,68 @@ def test_anchors_are_valid_distinct_and_keyed():
         got = a1[r][v1[r]]
         assert ok[r, got].all() and len(set(got.tolist())) == len(got)
         assert int(v1[r].sum()) == min(10, int(ok[r].sum()))
+
+
+def naive_greedy_agreement(m, fo, tg, final, head) -> list[float]:
+    """Per position: the share of supervised rows where the draft's argmax (over its vocab,
+    mapped to a target id) is the teacher's argmax over the FULL target vocab; float64 loop."""
+    logits = m.block_logits(fo.hidden, fo.markov_input)
+    sel = m.draft_ids_in_target
+    n, a, nd = tg.labels.shape
+    hits, rows = [0] * nd, [0] * nd
+    for i in range(n):
+        for k in range(a):
+            for j in range(nd):
+                if tg.mask[i, k, j] == 0:
+                    continue
+                draft_token = int(sel[int(logits[i, k, j].argmax())])
+                teacher_token = int((head @ final[i, tg.label_pos[i, k, j] - 1]).argmax())
+                hits[j] += draft_token == teacher_token
+                rows[j] += 1
+    return [h / max(r, 1) for h, r in zip(hits, rows, strict=True)]
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+@pytest.mark.parametrize("mode", ["fused", "checkpoint"])
+def test_greedy_agreement_matches_naive_argmax(reduced, mode):
+    """The T=0 counterpart of the analytic acceptance, in evaluation: both gradient modes count
+    the draft's argmax against the teacher's full-vocab argmax, and a teacher argmax outside a
+    reduced draft vocabulary is never a match."""
+    m, ids, lm, aux, final, head, anchors, valid = setup(reduced, seed=3)
+    fo = m.forward_train(aux, ids, anchors, valid)
+    tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    # A random draft seldom picks a random teacher's argmax: make the teacher's argmax the
+    # draft's most frequent pick for about half the contexts (those on one side of a plane), so
+    # matches and misses both occur.
+    picks = m.draft_ids_in_target[m.block_logits(fo.hidden, fo.markov_input).argmax(-1)]
+    favourite = int(picks[tg.mask > 0].mode().values)
+    head = head.clone()
+    head[favourite] = 20 * torch.randn(HT, dtype=head.dtype)
+    _, with_grad = distill_loss(m, fo, tg, final, head, tg.dens(), chunk_tokens=7, vocab_grad=mode)
+    assert "greedy_tau" not in summarize(with_grad)  # the training step does not pay for it
+    with torch.no_grad():
+        _, sums = distill_loss(m, fo, tg, final, head, tg.dens(), chunk_tokens=7, vocab_grad=mode)
+    s = summarize(sums)
+    ref = naive_greedy_agreement(m, fo, tg, final, head)
+    assert s["greedy_acceptance_per_pos"] == pytest.approx(ref, abs=1e-12)
+    assert s["greedy_tau"] == pytest.approx(
+        1 + sum(math.prod(ref[: k + 1]) for k in range(len(ref)))
+    )
+    assert 0 < sum(ref) < len(ref)  # neither all nor no matches: a wrong count would show
+
+
+def test_greedy_agreement_never_matches_a_teacher_argmax_outside_the_draft_vocab():
+    from train.loss import _teacher_probs, greedy_agreement
+
+    torch.manual_seed(0)
+    head = torch.randn(10, 4, dtype=torch.float64)
+    h = torch.randn(50, 4, dtype=torch.float64)
+    sel = torch.tensor([0, 2, 4, 6, 8])  # the even target ids form the draft vocab
+    p_sel, _, top = _teacher_probs(h, head, sel, greedy=True)
+    full_argmax = (h @ head.T).argmax(-1)
+    inside = full_argmax % 2 == 0
+    assert 0 < int(inside.sum()) < 50
+    assert torch.equal(top[inside], full_argmax[inside] // 2)
+    assert bool((top[~inside] == -1).all())
+    # A draft sure of the best draft-vocab token agrees exactly where the teacher's argmax is in.
+    assert torch.equal(greedy_agreement(p_sel, top), inside)

@@ -159,6 +159,11 @@ def print_summary(summary: dict, final: Path) -> None:
             "[distill]   untrained draft:    "
             + " ".join(f"{a:.3f}" for a in ev0["acceptance_per_pos"])
         )
+    if "greedy_tau" in ev:  # T=0: the draft's argmax is the teacher's, teacher-forced
+        print(
+            f"[distill] greedy (T=0) tau ({where}): {ev['greedy_tau']:.3f}, per position: "
+            + " ".join(f"{a:.3f}" for a in ev["greedy_acceptance_per_pos"])
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

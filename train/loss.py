@@ -8,6 +8,12 @@ reduces them over every micro-batch of an accumulation window and every data-par
 each micro-batch's loss is `num_local / den_global` (scaled for DDP's gradient averaging). That is
 exactly the global ratio, divided last.
 
+Metrics beside the loss, per draft position: 1 - TV, the acceptance at T=1 (analytic tau), and,
+in evaluation (no gradient), whether the draft's argmax is the teacher's (greedy tau: the
+acceptance a T=0 verifier gives in these contexts). On the target's own greedy answers the
+second predicts realized T=0 acceptance; on sampled answers it is a proxy
+(scripts/teacher_forced_acceptance.py walks the greedy answer itself).
+
 Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, so no
 `[tokens, vocab]` fp32 tensor is ever built for all anchors at once. Teacher logits are computed
 only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk.
@@ -78,25 +84,48 @@ def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _teacher_probs(teacher_h, w_teacher, sel, softcap=None):
-    """teacher_h [c, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c]).
-    `softcap`: the target's final-logit soft cap (Gemma), applied to the teacher logits only."""
+def _teacher_probs(teacher_h, w_teacher, sel, softcap=None, greedy=False):
+    """teacher_h [c, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c], top):
+    with `greedy`, top [c] is the draft id of the teacher's argmax over the FULL vocab (-1 where it
+    lies outside the draft vocab), else None. `softcap`: the target's final-logit soft cap
+    (Gemma), applied to the teacher logits only."""
     with phase("teacher_logits"):
         z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
         p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
         p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
-        return p_t_sel, 1.0 - p_t_sel.sum(-1)  # the mass the draft cannot express
+        top = None
+        if greedy:
+            best_sel = p_t_sel.max(-1)
+            inside = best_sel.values >= p_t.max(-1).values
+            top = torch.where(inside, best_sel.indices, -1)
+        return p_t_sel, 1.0 - p_t_sel.sum(-1), top  # outside: the mass the draft cannot express
 
 
-def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None):
+def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None, greedy=False):
     """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
-    -> (ce [c], l1 [c]) fp32. `sel` [Vd] target ids of the draft vocab (None = full vocab);
-    `softcap`: the target's final-logit soft cap (Gemma), applied to the teacher logits only."""
+    -> (ce [c], l1 [c]) fp32 and, with `greedy`, agree [c] bool (greedy_agreement; else None).
+    `sel` [Vd] target ids of the draft vocab (None = full vocab); `softcap`: the target's
+    final-logit soft cap (Gemma), applied to the teacher logits only."""
     logp_d = torch.log_softmax(_atleast_f32(hu @ w_fused.T.to(hu.dtype)), dim=-1)  # [c, Vd]
-    p_t_sel, outside = _teacher_probs(teacher_h, w_teacher, sel, softcap)
+    p_t_sel, outside, top = _teacher_probs(teacher_h, w_teacher, sel, softcap, greedy)
     l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
     ce = -logp_d.gather(1, labels_d.clamp(min=0).unsqueeze(1)).squeeze(1)
-    return ce, l1
+    return ce, l1, None if top is None else greedy_agreement(logp_d, top)
+
+
+@torch.no_grad()
+def greedy_agreement(draft_scores: torch.Tensor, teacher_top: torch.Tensor) -> torch.Tensor:
+    """[c] bool: the draft's argmax (its T=0 token) is the teacher's argmax over the full vocab,
+    i.e. a greedy verifier accepts it in this context (teacher_top -1: outside the draft vocab,
+    never accepted)."""
+    return draft_scores.argmax(-1) == teacher_top
+
+
+def _cat(parts: list, like: torch.Tensor, dtype) -> torch.Tensor | None:
+    """Chunks' results as one tensor (empty when there were no rows; None when not computed)."""
+    if parts and parts[0] is None:
+        return None
+    return torch.cat(parts) if parts else like.new_zeros(0, dtype=dtype)
 
 
 @dataclass
@@ -137,29 +166,35 @@ def kept_rows(model: DSparkDraftModel, fo, tg: BlockTargets, teacher_final) -> K
     return KeptRows(keep, idx, h, e, hu, th, labels_d, sel)
 
 
-def vocab_terms(model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed: bool):
-    """(ce [M], l1 [M]) over `chunk` rows at a time; `checkpointed` recomputes each chunk in the
-    backward pass instead of keeping its [chunk, vocab] tensors."""
+def vocab_terms(
+    model, rows: KeptRows, teacher_lm_head, chunk: int, checkpointed: bool, greedy=False
+):
+    """(ce [M], l1 [M], agree [M] or None) over `chunk` rows at a time (`greedy`: see
+    _chunk_terms); `checkpointed` recomputes each chunk in the backward pass instead of keeping
+    its [chunk, vocab] tensors."""
     w_fused = model.fused_head_weight()
-    ces, l1s = [], []
+    ces, l1s, agrees = [], [], []
     for s in range(0, rows.hu.shape[0], chunk):
         args = (rows.hu[s : s + chunk], rows.th[s : s + chunk], rows.labels_d[s : s + chunk])
-        args = (*args, w_fused, teacher_lm_head, rows.sel, model.config.target_logit_softcap)
-        ce, l1 = (
+        softcap = model.config.target_logit_softcap
+        args = (*args, w_fused, teacher_lm_head, rows.sel, softcap, greedy)
+        ce, l1, agree = (
             checkpoint(_chunk_terms, *args, use_reentrant=False)
             if checkpointed
             else _chunk_terms(*args)
         )
         ces.append(ce)
         l1s.append(l1)
-    empty = rows.hu.new_zeros(0)
-    return (torch.cat(ces) if ces else empty), (torch.cat(l1s) if l1s else empty)
+        agrees.append(agree)
+    like = rows.hu
+    return _cat(ces, like, like.dtype), _cat(l1s, like, like.dtype), _cat(agrees, like, torch.bool)
 
 
 class _FusedVocabLoss(torch.autograd.Function):
     """S = sum_rows(coef_ce * ce + coef_l1 * l1) over `chunk` rows at a time, its gradient with
     respect to hu [M, H+r] and markov_w2 [Vd, r] formed in the forward pass (module docstring).
-    Also returns ce [M] and l1 [M] (no gradient) for the metrics and the confidence target."""
+    Also returns ce [M], l1 [M] and agree [M] (no gradient; empty unless `greedy`) for the
+    metrics and the confidence target."""
 
     @staticmethod
     def forward(
@@ -175,6 +210,7 @@ class _FusedVocabLoss(torch.autograd.Function):
         coef_l1,
         chunk,
         softcap,
+        greedy,
     ):
         r = 0 if w_markov is None else w_markov.shape[1]
         ghu = torch.empty_like(hu)
@@ -188,13 +224,15 @@ class _FusedVocabLoss(torch.autograd.Function):
             )
         )
         total = hu.new_zeros((), dtype=torch.float64)
-        ces, l1s = [], []
+        ces, l1s, agrees = [], [], []
         w = w_fused.to(hu.dtype)
         for s in range(0, hu.shape[0], chunk):
             x = hu[s : s + chunk]
             logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
             p = logp.exp()
-            p_t_sel, outside = _teacher_probs(teacher_h[s : s + chunk], w_teacher, sel, softcap)
+            p_t_sel, outside, top = _teacher_probs(
+                teacher_h[s : s + chunk], w_teacher, sel, softcap, greedy
+            )
             sign = torch.sign(p - p_t_sel)
             l1 = (p - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
             lab = labels_d[s : s + chunk].clamp(min=0).unsqueeze(1)
@@ -211,29 +249,35 @@ class _FusedVocabLoss(torch.autograd.Function):
             total += (coef_ce[s : s + chunk] * ce).sum() + (coef_l1[s : s + chunk] * l1).sum()
             ces.append(ce)
             l1s.append(l1)
-        ce_all = torch.cat(ces) if ces else hu.new_zeros(0, dtype=torch.float32)
-        l1_all = torch.cat(l1s) if l1s else hu.new_zeros(0, dtype=torch.float32)
+            if greedy:
+                agrees.append(greedy_agreement(logp, top))
+        ce_all = _cat(ces, hu, torch.float32)
+        l1_all = _cat(l1s, hu, torch.float32)
+        agree_all = _cat(agrees, hu, torch.bool)
         ctx.save_for_backward(ghu, gw2)
         ctx.w_markov_dtype = None if w_markov is None else w_markov.dtype
-        ctx.mark_non_differentiable(ce_all, l1_all)
-        return total, ce_all, l1_all
+        ctx.mark_non_differentiable(ce_all, l1_all, agree_all)
+        return total, ce_all, l1_all, agree_all
 
     @staticmethod
-    def backward(ctx, g_total, _g_ce, _g_l1):
+    def backward(ctx, g_total, _g_ce, _g_l1, _g_agree):
         ghu, gw2 = ctx.saved_tensors
         d_hu = ghu * g_total.to(ghu.dtype) if ctx.needs_input_grad[0] else None
         d_w2 = None
         if gw2 is not None and ctx.needs_input_grad[1]:
             d_w2 = (gw2 * g_total.to(gw2.dtype)).to(ctx.w_markov_dtype)
-        return d_hu, d_w2, *([None] * 9)
+        return d_hu, d_w2, *([None] * 10)
 
 
-def fused_vocab_loss(model, rows: KeptRows, teacher_lm_head, coef_ce, coef_l1, chunk: int):
-    """-> (S with gradient, ce [M], l1 [M]); S = sum(coef_ce * ce + coef_l1 * l1)."""
+def fused_vocab_loss(
+    model, rows: KeptRows, teacher_lm_head, coef_ce, coef_l1, chunk: int, greedy=False
+):
+    """-> (S with gradient, ce [M], l1 [M], agree [M] or None); S = sum(coef_ce * ce + coef_l1 *
+    l1); agree (`greedy`): see _chunk_terms."""
     w_markov = model.markov_head.markov_w2.weight if model.markov_head is not None else None
     with torch.no_grad():
         w_fused = model.fused_head_weight()
-    return _FusedVocabLoss.apply(
+    out = _FusedVocabLoss.apply(
         rows.hu,
         w_markov,
         w_fused,
@@ -245,7 +289,9 @@ def fused_vocab_loss(model, rows: KeptRows, teacher_lm_head, coef_ce, coef_l1, c
         coef_l1,
         chunk,
         model.config.target_logit_softcap,
+        greedy,
     )
+    return (*out[:3], out[3] if greedy else None)
 
 
 def distill_loss(
@@ -268,14 +314,18 @@ def distill_loss(
     wmask = (tg.mask * tg.decay).view(-1).index_select(0, rows.idx)
     wce = (tg.ce_mask * tg.decay).view(-1).index_select(0, rows.idx)
     fused = None
+    # T=0 agreement only where no gradient is taken (evaluation): the training step pays nothing.
+    greedy = not torch.is_grad_enabled()
     if vocab_grad == "fused":
         coef_ce = weights[0] * wce / dens["ce"].clamp(min=1e-9)
         coef_l1 = weights[1] * wmask / dens["l1"].clamp(min=1e-9)
-        fused, ce, l1 = fused_vocab_loss(
-            model, rows, teacher_lm_head, coef_ce, coef_l1, chunk_tokens
+        fused, ce, l1, agree = fused_vocab_loss(
+            model, rows, teacher_lm_head, coef_ce, coef_l1, chunk_tokens, greedy
         )
     else:
-        ce, l1 = vocab_terms(model, rows, teacher_lm_head, chunk_tokens, checkpointed=True)
+        ce, l1, agree = vocab_terms(
+            model, rows, teacher_lm_head, chunk_tokens, checkpointed=True, greedy=greedy
+        )
 
     accept = (1.0 - l1.detach() / 2).clamp(0, 1)  # 1 - TV
     nums = {"ce": (ce * wce).sum(), "l1": (l1 * wmask).sum()}
@@ -294,15 +344,16 @@ def distill_loss(
     )
     if fused is not None:
         loss = loss + fused
-    metrics = block_metric_sums(tg, rows.idx, accept, conf, nums)
+    metrics = block_metric_sums(tg, rows.idx, accept, conf, nums, agree)
     return loss, metrics
 
 
 @torch.no_grad()
-def block_metric_sums(tg: BlockTargets, idx, accept, conf, nums) -> dict[str, torch.Tensor]:
+def block_metric_sums(tg: BlockTargets, idx, accept, conf, nums, agree) -> dict[str, torch.Tensor]:
     """(sum, count) pairs, reduced across ranks by the caller and divided last.
 
-    acc_num/acc_den [Nd]: per-position conditional acceptance 1 - TV.
+    acc_num/acc_den [Nd]: per-position conditional acceptance 1 - TV (T=1).
+    greedy_num [Nd] (when agree is given): per-position argmax agreement with the teacher (T=0).
     conf_err: |c_k - (1 - TV_k)|; cum_bias: prod_{i<=k} c_i - prod_{i<=k}(1 - TV_i).
     """
     n, a, nd = tg.labels.shape
@@ -318,6 +369,10 @@ def block_metric_sums(tg: BlockTargets, idx, accept, conf, nums) -> dict[str, to
         "ce_den": (tg.ce_mask * tg.decay).sum(),
         "l1_den": (tg.mask * tg.decay).sum(),
     }
+    if agree is not None:
+        greedy = torch.zeros_like(full)
+        greedy[idx] = agree.to(greedy.dtype)
+        out["greedy_num"] = (greedy.view(-1, nd) * m).sum(0)
     if conf is not None:
         cfull = torch.zeros_like(full, dtype=conf.dtype)
         cfull[idx] = conf
@@ -332,13 +387,16 @@ def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
     """Pooled figures from reduced sums: per-position acceptance, analytic tau, loss terms."""
     den = sums["acc_den"].clamp(min=1)
     alpha = (sums["acc_num"] / den).tolist()
-    tau = 1.0 + sum(math.prod(alpha[: k + 1]) for k in range(len(alpha)))
     out = {
         "acceptance_per_pos": alpha,
-        "analytic_tau": tau,
+        "analytic_tau": chain_tau(alpha),
         "ce": float(sums["ce_num"] / sums["ce_den"].clamp(min=1e-9)),
         "l1": float(sums["l1_num"] / sums["l1_den"].clamp(min=1e-9)),
     }
+    if "greedy_num" in sums:  # evaluation only
+        greedy = (sums["greedy_num"] / den).tolist()
+        out["greedy_acceptance_per_pos"] = greedy
+        out["greedy_tau"] = chain_tau(greedy)
     if "bce_num" in sums:
         out["bce"] = float(sums["bce_num"] / sums["l1_den"].clamp(min=1e-9))
         out["conf_abs_err"] = float(sums["conf_err_num"].sum() / den.sum())
@@ -351,7 +409,13 @@ def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head
     """Per-slot acceptance 1 - TV(p_draft, p_teacher) -> [N, A, Nd] (0 where tg.mask is 0),
     with the same chunked terms as the loss. Used by calibration."""
     rows = kept_rows(model, fo, tg, teacher_final)
-    _, l1 = vocab_terms(model, rows, teacher_lm_head, chunk, checkpointed=False)
+    _, l1, _ = vocab_terms(model, rows, teacher_lm_head, chunk, checkpointed=False)
     out = torch.zeros(rows.keep.numel(), dtype=l1.dtype, device=l1.device)
     out[rows.idx] = (1 - l1 / 2).clamp(0, 1)
     return out.view(tg.labels.shape)
+
+
+def chain_tau(per_pos: list[float]) -> float:
+    """Expected acceptance length of a block whose position k is accepted with probability
+    per_pos[k] once the positions before it are: 1 + sum_k prod_{i<=k} per_pos[i]."""
+    return 1.0 + sum(math.prod(per_pos[: k + 1]) for k in range(len(per_pos)))
