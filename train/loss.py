@@ -96,8 +96,9 @@ def _teacher_probs(teacher_h, w_teacher, sel, softcap=None, greedy=False):
         top = None
         if greedy:
             best_sel = p_t_sel.max(-1)
-            inside = best_sel.values >= p_t.max(-1).values
-            top = torch.where(inside, best_sel.indices, -1)
+            top = best_sel.indices
+            if sel is not None:  # a reduced vocab: is the full-vocab best among its ids?
+                top = torch.where(best_sel.values >= p_t.max(-1).values, top, -1)
         return p_t_sel, 1.0 - p_t_sel.sum(-1), top  # outside: the mass the draft cannot express
 
 
@@ -173,11 +174,11 @@ def vocab_terms(
     _chunk_terms); `checkpointed` recomputes each chunk in the backward pass instead of keeping
     its [chunk, vocab] tensors."""
     w_fused = model.fused_head_weight()
+    fixed = (w_fused, teacher_lm_head, rows.sel, model.config.target_logit_softcap, greedy)
     ces, l1s, agrees = [], [], []
     for s in range(0, rows.hu.shape[0], chunk):
         args = (rows.hu[s : s + chunk], rows.th[s : s + chunk], rows.labels_d[s : s + chunk])
-        softcap = model.config.target_logit_softcap
-        args = (*args, w_fused, teacher_lm_head, rows.sel, softcap, greedy)
+        args = (*args, *fixed)
         ce, l1, agree = (
             checkpoint(_chunk_terms, *args, use_reentrant=False)
             if checkpointed
