@@ -6,6 +6,13 @@
 # on 2026-12-04, at three a poll, two of a draft's five parts were lost with the machine).
 RES="${RES:-/tmp/dspark-res}"; OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 end=$((SECONDS + ${1:-540}))
+# A deadline (epoch seconds) written by the session's first call, e.g.
+#   echo $(( $(date +%s) + 1560 )) >/tmp/dspark-deadline
+# ends every poll in time to return its files before the device budget runs out.
+if [ -f /tmp/dspark-deadline ]; then
+  left=$(( $(cat /tmp/dspark-deadline) - $(date +%s) )); [ $left -lt 0 ] && left=0
+  [ $((SECONDS + left)) -lt $end ] && end=$((SECONDS + left))
+fi
 while [ ! -f "$RES/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
 cat "$RES/stages.txt" "$RES"/*/stages.txt 2>/dev/null  # the pipeline, then its branches
 for f in "$RES"/*.log "$RES"/*/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1200 "$f"; }; done
