@@ -98,6 +98,10 @@ class TrainerCfg:
     grad_accum: int = 1
     max_steps: int = 100
     max_seconds: float = 0.0  # stop (evaluate, save, export) once training ran this long; 0: off
+    # With max_seconds: plan the learning-rate schedule (warm-up and cosine) for the steps the
+    # budget holds, measured after the first 22 steps (train/schedule.py), so it ends where the
+    # run does; false: plan it for max_steps and cut it wherever the time runs out.
+    schedule_to_time: bool = True
     num_anchors: int = 512
     eval_every: int = 0  # 0 = only at the end
     eval_batches: int = 8

@@ -33,6 +33,7 @@ from train.data.sampler import epoch_order
 from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
+from train.schedule import CosineSchedule, TimedHorizon
 from train.setup import SetupError
 from train.state import (
     checkpoint_dirs,
@@ -54,18 +55,6 @@ class RunResult:
     train: dict
     eval: dict | None
     eval_initial: dict | None
-
-
-def lr_lambda(ocfg, max_steps: int):
-    warmup = max(1, round(ocfg.warmup_ratio * max_steps))
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        t = (step - warmup) / max(1, max_steps - warmup)
-        return ocfg.min_lr_ratio + (1 - ocfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
-
-    return f
 
 
 class Trainer:
@@ -94,7 +83,8 @@ class Trainer:
         opt = torch.optim.AdamW(
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(o, tc.max_steps))
+        self.schedule = CosineSchedule(o.warmup_ratio, o.min_lr_ratio, tc.max_steps)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.schedule)
         self.objective, self.opt = accelerator.prepare(objective, opt)
         # Not prepared: accelerate would step a prepared scheduler once per process (it assumes
         # the global batch grows with the world size), which changes the LR curve under DDP.
@@ -324,23 +314,45 @@ class Trainer:
             over = bool(broadcast(flag, from_process=0).item())
         return over
 
+    def _plan(self, horizon: int, timed: TimedHorizon, bar) -> None:
+        """Fix the schedule's horizon to what the time budget holds; every rank takes the main
+        process's plan, so all stop after the same step."""
+        if self.acc.num_processes > 1:
+            flag = torch.tensor(float(horizon), device=self.acc.device)
+            horizon = int(broadcast(flag, from_process=0).item())
+        self.schedule.horizon, self.schedule.planned = horizon, True
+        bar.total = horizon
+        tc, evals = self.cfg.trainer, timed.overhead_per_step_s
+        self.acc.print(
+            f"[distill] learning-rate schedule planned for {horizon} steps (max_steps "
+            f"{tc.max_steps}) to end within trainer.max_seconds={tc.max_seconds:g}: "
+            f"{timed.rate_s:.3f} s a step over steps {timed.mark_step + 1}-{timed.plan_step}"
+            + (f" and {evals:.3f} s a step of evaluations" if evals else "")
+        )
+
     def fit(self) -> RunResult:
         tc = self.cfg.trainer
         main = self.acc.is_main_process
-        eval_initial = None
+        eval_initial, eval_s = None, 0.0
         if self.step == 0:
+            t = time.perf_counter()
             eval_initial = self.evaluate()
+            eval_s = time.perf_counter() - t
             if eval_initial:
                 self.log.log(0, "eval", eval_initial)
+        timed = None
+        if tc.max_seconds and tc.schedule_to_time and not self.schedule.planned:
+            overhead = eval_s / tc.eval_every if tc.eval_every else 0.0
+            timed = TimedHorizon(tc.max_seconds, tc.max_steps, self.step, overhead)
         bar = tqdm(
-            total=tc.max_steps,
+            total=self.schedule.horizon,
             initial=self.step,
             disable=not (main and tc.progress),
             desc="distill",
             dynamic_ncols=True,
         )
         last, t0 = {}, time.perf_counter()
-        while self.step < tc.max_steps:
+        while self.step < self.schedule.horizon:
             t = time.perf_counter()
             out = self.train_step()
             if out.get("skipped"):
@@ -349,29 +361,35 @@ class Trainer:
             last = out
             self.step += 1
             last["tokens_per_s"] = last["tokens"] / (time.perf_counter() - t)
-            if self.step % tc.log_every == 0 or self.step == tc.max_steps:
+            end = self.schedule.horizon
+            if self.step % tc.log_every == 0 or self.step == end:
                 self.log.log(self.step, "train", last)
             bar.set_postfix(loss=f"{last['loss']:.3f}", tau=f"{last['analytic_tau']:.2f}")
             if tc.print_every and (self.step == 1 or self.step % tc.print_every == 0):
                 self.acc.print(
-                    f"[distill] step {self.step}/{tc.max_steps} loss {last['loss']:.3f} "
+                    f"[distill] step {self.step}/{end} loss {last['loss']:.3f} "
                     f"tau {last['analytic_tau']:.2f} {last['tokens_per_s']:,.0f} tokens/s "
                     f"({time.perf_counter() - t0:.0f} s)"
                 )
             bar.update(1)
-            if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.max_steps:
+            if tc.eval_every and self.step % tc.eval_every == 0 and self.step < end:
                 ev = self.evaluate()
                 if ev:
                     self.log.log(self.step, "eval", ev)
-            if tc.save_every and self.step % tc.save_every == 0 and self.step < tc.max_steps:
+            if tc.save_every and self.step % tc.save_every == 0 and self.step < end:
                 self.save()
             if tc.step_delay_s:
                 time.sleep(tc.step_delay_s)
-            if self.step < tc.max_steps and self._out_of_time(t0):
+            if timed is not None:
+                horizon = timed.observe(self.step, time.perf_counter() - t0)
+                if horizon is not None:
+                    self._plan(horizon, timed, bar)
+                    timed = None
+            if self.step < self.schedule.horizon and self._out_of_time(t0):
                 self.acc.print(
                     f"[distill] trainer.max_seconds={tc.max_seconds:g} reached after step "
-                    f"{self.step} of {tc.max_steps}: stopping early (the learning-rate schedule "
-                    "was planned for max_steps; resume=true continues the run)"
+                    f"{self.step} of {self.schedule.horizon}: stopping early (the learning-rate "
+                    "schedule was planned for that many steps; resume=true continues the run)"
                 )
                 break
         bar.close()
