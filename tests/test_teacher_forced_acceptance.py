@@ -63,3 +63,54 @@ def test_engine_realizes_exactly_the_teacher_forced_walk(trained, tmp_path, max_
     assert row["prompts"] == 40 and row["walk_rounds"] > 40
     assert 1.5 < row["engine_tau"] < 4.5  # neither nothing nor everything accepted
     assert row["walk_tau"] == pytest.approx(row["engine_tau"], abs=1e-9)
+
+
+def test_answer_agreement_agrees_with_the_walk_on_greedy_answers(trained, tmp_path):
+    """On the target's greedy answer every answer token is the target's argmax, so the leading
+    agreeing slots of scripts/answer_agreement.py (draft vs the target's argmax) must be the
+    accepted counts of the walk (draft vs the tokens): two code paths, one number."""
+    from scripts.answer_agreement import first_tokens, slot_agreement
+    from scripts.answer_agreement import main as agreement
+    from scripts.eval_acceptance import evaluate, heldout_prompts, parse_prompt_files
+    from scripts.teacher_forced_acceptance import accepted_counts
+    from serve.engine import Engine
+    from serve.engine.options import EngineOptions
+
+    target, ckpt, held = trained
+    engine = Engine.from_options(
+        EngineOptions(target=str(target), checkpoint=str(ckpt), device="cpu", max_num_seqs=24)
+    )
+    prompts = heldout_prompts(str(target), engine.tokenizer, 24, parse_prompt_files([f"w={held}"]))
+    (ps,) = prompts.values()
+    outs = evaluate(engine, ps, 0.0, 12, 0)["outputs"]
+    checked = 0
+    for prompt, answer in zip(ps, outs, strict=True):
+        hits = slot_agreement(engine, prompt, answer)
+        counts = accepted_counts(engine, prompt, answer)
+        nd = hits.shape[1]
+        for i in range(len(answer) - nd - 1):  # anchors whose whole block lies in the answer
+            lead = int(hits[i].clamp(min=0).cumprod(0).sum())
+            assert lead == int(counts[i]), (i, hits[i], counts[i])
+            checked += 1
+    assert checked > 20
+    h = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 1]])
+    # 3 answer tokens: anchor 0's slots propose tokens 1, 2 (and 3: past), anchor 1's token 2
+    assert first_tokens(h, 3).tolist() == [[1, 1, -1], [1, -1, -1]]
+    rows = tmp_path / "rows.jsonl"
+    assert agreement(["--target", str(target), "--checkpoint", str(ckpt), "--rows", str(held)]) == 2
+    held_rows = [json.loads(x) for x in held.read_text().splitlines()][: len(outs)]
+    text = [engine.tokenizer.decode(o, skip_special_tokens=True) for o in outs]
+    answered = [
+        {"messages": [*r["messages"], {"role": "assistant", "content": t}]}
+        for r, t in zip(held_rows, text, strict=True)
+    ]
+    rows.write_text("".join(json.dumps(r) + "\n" for r in answered))
+    out = tmp_path / "agree.json"
+    args = ["--target", str(target), "--checkpoint", str(ckpt), "--rows", str(rows)]
+    assert (
+        agreement([*args, "--num-rows", "8", "--answer-tokens", "4", "100", "--json", str(out)])
+        == 0
+    )
+    res = json.loads(out.read_text())["results"]
+    assert [r["answer_tokens"] for r in res] == [4, 100] and res[0]["anchors"] < res[1]["anchors"]
+    assert all(0.0 <= x <= 1.0 for r in res for x in r["per_slot"])
