@@ -26,7 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.target import TargetCapture  # noqa: E402
-from scripts.eval_acceptance import read_jsonl  # noqa: E402
+from scripts.eval_acceptance import (  # noqa: E402
+    add_runtime_args,
+    parse_runtime_args,
+    read_jsonl,
+)
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 
@@ -85,13 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", required=True, help="chat rows (jsonl) whose answers are scored")
     ap.add_argument("--num-rows", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, nargs="+", default=[128, 10**9])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json")
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    add_runtime_args(ap)
+    a = parse_runtime_args(ap, argv)
     engine = Engine.from_options(
         EngineOptions(target=a.target, checkpoint=a.checkpoint, device=a.device, dtype=a.dtype)
     )

@@ -77,6 +77,22 @@ def heldout_prompts(
     return by_domain
 
 
+def add_runtime_args(ap) -> None:
+    """--device, --dtype, --threads and --json, shared by the acceptance scripts."""
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json")
+
+
+def parse_runtime_args(ap, argv):
+    """Parse, and apply --threads."""
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    return a
+
+
 def parse_prompt_files(specs: list[str] | None) -> dict[str, str] | None:
     if not specs:
         return None
@@ -110,14 +126,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=768)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--batch", type=int, default=8, help="engine max_num_seqs")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json")
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    add_runtime_args(ap)
+    a = parse_runtime_args(ap, argv)
     files = parse_prompt_files(a.prompts)
     rows = []
     for spec in a.draft:

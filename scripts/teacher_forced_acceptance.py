@@ -26,7 +26,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.target import TargetCapture  # noqa: E402
-from scripts.eval_acceptance import evaluate, heldout_prompts, parse_prompt_files  # noqa: E402
+from scripts.eval_acceptance import (  # noqa: E402
+    add_runtime_args,
+    evaluate,
+    heldout_prompts,
+    parse_prompt_files,
+    parse_runtime_args,
+)
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 
@@ -86,13 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=768)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json")
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    add_runtime_args(ap)
+    a = parse_runtime_args(ap, argv)
     engine = Engine.from_options(
         EngineOptions(
             target=a.target,
