@@ -23,6 +23,21 @@ def valid_anchor_mask(loss_mask: torch.Tensor, doc_ids: torch.Tensor | None = No
     return ok
 
 
+def answer_head_mask(
+    loss_mask: torch.Tensor, n: int, doc_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[N, T] loss_mask keeping only the first `n` tokens of each answer (a run of loss tokens
+    within one document): anchors and labels of the blocks a request of `n` new tokens meets."""
+    lm = loss_mask.bool()
+    prev = torch.zeros_like(lm)
+    prev[:, 1:] = lm[:, :-1]
+    if doc_ids is not None:
+        prev[:, 1:] &= doc_ids[:, 1:] == doc_ids[:, :-1]
+    pos = torch.arange(lm.shape[1], device=lm.device).expand_as(lm)
+    start = torch.where(lm & ~prev, pos, torch.zeros_like(pos)).cummax(dim=1).values
+    return (lm & (pos - start < n)).to(loss_mask.dtype)
+
+
 def row_generator(seed: int, step: int, row_ids: torch.Tensor) -> torch.Generator:
     """Generator keyed by (seed, step, content of the row)."""
     h = hashlib.blake2b(row_ids.to(torch.int64).cpu().numpy().tobytes(), digest_size=8)

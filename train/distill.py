@@ -164,6 +164,11 @@ def print_summary(summary: dict, final: Path) -> None:
             f"[distill] greedy (T=0) tau ({where}): {ev['greedy_tau']:.3f}, per position: "
             + " ".join(f"{a:.3f}" for a in ev["greedy_acceptance_per_pos"])
         )
+    if "answer_head_analytic_tau" in ev:
+        print(
+            f"[distill] over each answer's first {ev['answer_head_tokens']} tokens: analytic tau "
+            f"{ev['answer_head_analytic_tau']:.3f}, greedy tau {ev['answer_head_greedy_tau']:.3f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

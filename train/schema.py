@@ -105,6 +105,9 @@ class TrainerCfg:
     num_anchors: int = 512
     eval_every: int = 0  # 0 = only at the end
     eval_batches: int = 8
+    # Held-out figures also over each answer's first N tokens (answer_head_* metrics; 0: off): a
+    # served request of N new tokens meets those, while whole answers of a small target loop.
+    eval_answer_head: int = 256
     save_every: int = 0  # 0 = only at the end
     keep_last: int = 2
     log_every: int = 1

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from common.model import DSparkDraftModel
 from common.target import TargetCapture, target_head_weights
+from train.anchors import answer_head_mask
 from train.blocks import anchor_blocks, capture_batch
 from train.data import build_dataloader
 from train.data.sampler import epoch_order
@@ -235,22 +236,36 @@ class Trainer:
             shuffle=False,
             drop_last=False,
         )
-        totals: dict[str, torch.Tensor] = {}
+        head = cfg.trainer.eval_answer_head
+        totals: dict[str, dict[str, torch.Tensor]] = {"": {}, "answer_head_": {}}
         self.objective.eval()
         for i, batch in enumerate(loader):
             if i >= cfg.trainer.eval_batches:
                 break
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
-            anchors, valid, tg = self._prepare(batch, -1)  # fixed anchors for every eval
             cap = capture_batch(self.capture, batch)
-            dens = self._reduce(tg.dens())
-            _, sums = self.objective(
-                cap.aux, cap.final, self.teacher_head, batch, anchors, valid, tg, dens
-            )
-            for k, v in sums.items():
-                totals[k] = totals.get(k, 0) + v
+            views = [("", batch)]
+            if head:
+                mask = answer_head_mask(batch["loss_mask"], head, batch.get("doc_ids"))
+                views.append(("answer_head_", {**batch, "loss_mask": mask}))
+            for prefix, view in views:
+                anchors, valid, tg = self._prepare(view, -1)  # fixed anchors for every eval
+                dens = self._reduce(tg.dens())
+                _, sums = self.objective(
+                    cap.aux, cap.final, self.teacher_head, view, anchors, valid, tg, dens
+                )
+                for k, v in sums.items():
+                    totals[prefix][k] = totals[prefix].get(k, 0) + v
         self.objective.train()
-        return summarize(self._reduce(totals)) if totals else None
+        if not totals[""]:
+            return None
+        out = summarize(self._reduce(totals[""]))
+        if totals["answer_head_"]:
+            part = summarize(self._reduce(totals["answer_head_"]))
+            out["answer_head_tokens"] = head
+            keys = ("analytic_tau", "acceptance_per_pos", "greedy_tau", "greedy_acceptance_per_pos")
+            out.update({f"answer_head_{k}": part[k] for k in keys if k in part})
+        return out
 
     def save(self, loader_state: dict | None = None):
         state = {
