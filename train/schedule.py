@@ -47,22 +47,25 @@ class TimedHorizon:
     max_steps: int
     start_step: int  # the step this process started from (0, or the resumed step)
     overhead_per_step_s: float = 0.0  # periodic evaluations and saves, spread over the steps
-    mark_step: int | None = None
-    mark_t: float = 0.0
+    mark_t: float | None = None  # elapsed_s after step `mark_step`
     rate_s: float = 0.0  # seconds a step measured over the window
 
     @property
+    def mark_step(self) -> int:
+        return self.start_step + RATE_SKIP_STEPS
+
+    @property
     def plan_step(self) -> int:
-        return self.start_step + RATE_SKIP_STEPS + RATE_STEPS
+        return self.mark_step + RATE_STEPS
 
     def observe(self, step: int, elapsed_s: float) -> int | None:
         """After optimizer step `step`, `elapsed_s` into the budget: the planned horizon at the
         end of the window, else None."""
-        if step == self.start_step + RATE_SKIP_STEPS:
-            self.mark_step, self.mark_t = step, elapsed_s
-        if step != self.plan_step or self.mark_step is None:
+        if step == self.mark_step:
+            self.mark_t = elapsed_s
+        if step != self.plan_step or self.mark_t is None:
             return None
-        self.rate_s = (elapsed_s - self.mark_t) / (step - self.mark_step)
+        self.rate_s = (elapsed_s - self.mark_t) / RATE_STEPS
         per_step = self.rate_s + self.overhead_per_step_s
         return plan_horizon(step, elapsed_s, self.budget_s, per_step, self.max_steps)
 

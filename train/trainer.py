@@ -323,18 +323,20 @@ class Trainer:
         limit = self.cfg.trainer.max_seconds
         if not limit:
             return False
-        over = time.perf_counter() - t0 >= limit
-        if self.acc.num_processes > 1:  # one small collective; a single process needs no device
-            flag = torch.tensor(float(over), device=self.acc.device)
-            over = bool(broadcast(flag, from_process=0).item())
-        return over
+        return bool(self._from_main(time.perf_counter() - t0 >= limit))
+
+    def _from_main(self, value: float) -> float:
+        """The main process's `value` on every rank (one small collective; a single process
+        needs no device)."""
+        if self.acc.num_processes == 1:
+            return value
+        flag = torch.tensor(float(value), device=self.acc.device)
+        return broadcast(flag, from_process=0).item()
 
     def _plan(self, horizon: int, timed: TimedHorizon, bar) -> None:
         """Fix the schedule's horizon to what the time budget holds; every rank takes the main
         process's plan, so all stop after the same step."""
-        if self.acc.num_processes > 1:
-            flag = torch.tensor(float(horizon), device=self.acc.device)
-            horizon = int(broadcast(flag, from_process=0).item())
+        horizon = int(self._from_main(horizon))
         self.schedule.horizon, self.schedule.planned = horizon, True
         bar.total = horizon
         tc, evals = self.cfg.trainer, timed.overhead_per_step_s
