@@ -4,7 +4,8 @@ the first N answer tokens, teacher-forced, one conversation at a time (no packin
     python scripts/answer_agreement.py --target artifacts/smollm2-135m-instruct \
         --checkpoint DRAFT --rows heldout.jsonl --num-rows 32 --answer-tokens 128 512
 
-Each row is its first user turn (chat template, generation prompt) and its first assistant turn.
+Each row is the conversation before its first assistant turn (chat template, generation prompt)
+and that assistant turn.
 At every answer position p, slot k of the block anchored at p proposes the token at p + k + 1;
 it agrees when that is the target's argmax after the true tokens up to p + k, which at T=0 is
 what a verifier accepts once slots before it were. The training path computes it (`TargetCapture`,
@@ -29,6 +30,7 @@ from common.target import TargetCapture  # noqa: E402
 from scripts.eval_acceptance import (  # noqa: E402
     add_runtime_args,
     parse_runtime_args,
+    prompt_messages,
     read_jsonl,
 )
 from serve.engine import Engine  # noqa: E402
@@ -68,14 +70,13 @@ def first_tokens(hits: torch.Tensor, n: int) -> torch.Tensor:
 def rows_as_pairs(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
     pairs = []
     for row in rows:
-        msgs = row["messages"]
-        user = next((m for m in msgs if m["role"] == "user"), None)
-        reply = next((m for m in msgs if m["role"] == "assistant"), None)
-        if user is None or reply is None or not reply.get("content"):
+        asked = prompt_messages(row)
+        reply = row["messages"][len(asked)] if len(asked) < len(row["messages"]) else None
+        if not asked or reply is None or not reply.get("content"):
             continue
-        prompt = tokenizer.apply_chat_template(
-            [user], add_generation_prompt=True, return_dict=True
-        )["input_ids"]
+        prompt = tokenizer.apply_chat_template(asked, add_generation_prompt=True, return_dict=True)[
+            "input_ids"
+        ]
         answer = tokenizer(reply["content"], add_special_tokens=False)["input_ids"]
         eos = tokenizer.eos_token_id
         pairs.append((list(prompt), answer + ([eos] if eos is not None else [])))
