@@ -1,5 +1,6 @@
-"""train/schedule.py: the cosine schedule against a float64 formula, the time-budget plan, its
-round trip through the scheduler's saved state, and a time-boxed run that ends its schedule."""
+"""train/schedule.py: the cosine and warmup-stable-decay schedules against float64 references, the
+factory and its checks, the time-budget plan, the round trip through the scheduler's saved state,
+and a time-boxed run that ends its schedule (either kind)."""
 
 import json
 import math
@@ -9,16 +10,20 @@ import pytest
 import torch
 
 from tests.test_distill import fast, target  # noqa: F401  (the module-scoped tiny target)
-from train.config_io import compose_config
+from train.config_io import BadConfig, compose_config
 from train.distill import main
 from train.schedule import (
     BUDGET_SHARE,
     RATE_SKIP_STEPS,
     RATE_STEPS,
+    SCHEDULES,
     CosineSchedule,
     TimedHorizon,
+    WSDSchedule,
+    make_schedule,
     plan_horizon,
 )
+from train.schema import CHOICES, OptimCfg
 
 
 def reference(step: int, warmup_ratio: float, min_ratio: float, horizon: int) -> float:
@@ -29,6 +34,33 @@ def reference(step: int, warmup_ratio: float, min_ratio: float, horizon: int) ->
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t))
 
 
+def wsd_reference(
+    warmup_ratio: float, decay_ratio: float, min_ratio: float, horizon: int, steps: int
+) -> list[float]:
+    """The WSD curve over steps 0..steps-1, built phase by phase from explicit boundaries."""
+    warmup = max(1, round(warmup_ratio * horizon))
+    decay_steps = max(1, round(decay_ratio * (horizon - warmup)))
+    stable_end = horizon - decay_steps  # first step of the decay
+    curve = []
+    for step in range(steps):
+        if step < warmup:
+            curve.append((step + 1) / warmup)
+        elif step < stable_end:
+            curve.append(1.0)
+        elif step < horizon:
+            angle = math.pi * (step - stable_end) / decay_steps
+            curve.append(1.0 - (1.0 - min_ratio) * (1.0 - math.cos(angle)) / 2.0)
+        else:
+            curve.append(min_ratio)
+    return curve
+
+
+def curve_reference(name: str, o: OptimCfg, horizon: int, steps: int) -> list[float]:
+    if name == "wsd":
+        return wsd_reference(o.warmup_ratio, o.decay_ratio, o.min_lr_ratio, horizon, steps)
+    return [reference(k, o.warmup_ratio, o.min_lr_ratio, horizon) for k in range(steps)]
+
+
 @pytest.mark.parametrize("horizon,warmup_ratio,min_ratio", [(100, 0.04, 0.0), (7, 0.3, 0.1)])
 def test_cosine_schedule_matches_the_formula(horizon, warmup_ratio, min_ratio):
     s = CosineSchedule(warmup_ratio, min_ratio, horizon)
@@ -36,6 +68,95 @@ def test_cosine_schedule_matches_the_formula(horizon, warmup_ratio, min_ratio):
         want = reference(step, warmup_ratio, min_ratio, horizon)
         assert s(step) == pytest.approx(want, abs=1e-12)
     assert s(horizon + 2) == pytest.approx(min_ratio)
+
+
+WSD_CASES = [  # horizon, warmup_ratio, decay_ratio, min_lr_ratio
+    (1000, 0.04, 0.2, 0.0),
+    (100, 0.04, 0.2, 0.1),
+    (97, 0.1, 0.33, 0.05),
+    (7, 0.3, 0.5, 0.1),
+    (50, 0.0, 1.0, 0.0),  # no warm-up to speak of (one step), decay over all the rest
+    (3, 0.5, 0.01, 0.2),  # a decay of under one step still takes one
+    (1, 0.04, 0.2, 0.0),
+]
+
+
+@pytest.mark.parametrize("horizon,warmup_ratio,decay_ratio,min_ratio", WSD_CASES)
+def test_wsd_schedule_matches_the_reference(horizon, warmup_ratio, decay_ratio, min_ratio):
+    s = WSDSchedule(warmup_ratio, min_ratio, horizon, decay_ratio)
+    want = wsd_reference(warmup_ratio, decay_ratio, min_ratio, horizon, horizon + 3)
+    assert [s(k) for k in range(horizon + 3)] == pytest.approx(want, abs=1e-12)
+    assert s(horizon) == s(horizon + 2) == pytest.approx(min_ratio)  # past the horizon: the floor
+
+
+@pytest.mark.parametrize("horizon,warmup_ratio,decay_ratio,min_ratio", WSD_CASES)
+def test_wsd_holds_exactly_one_between_warmup_and_decay(
+    horizon, warmup_ratio, decay_ratio, min_ratio
+):
+    s = WSDSchedule(warmup_ratio, min_ratio, horizon, decay_ratio)
+    warmup = max(1, round(warmup_ratio * horizon))
+    start = horizon - max(1, round(decay_ratio * (horizon - warmup)))
+    assert s(warmup - 1) == 1.0  # the warm-up ends at the peak
+    assert all(s(k) == 1.0 for k in range(warmup, start))
+    assert s(start) == pytest.approx(1.0, abs=1e-15)  # the decay starts from the peak
+    if start + 1 < horizon:
+        assert s(start + 1) < 1.0
+
+
+def test_wsd_with_the_whole_rest_decaying_is_the_cosine():
+    for horizon, warmup_ratio, min_ratio in [(100, 0.04, 0.0), (7, 0.3, 0.1), (333, 0.1, 0.05)]:
+        wsd = WSDSchedule(warmup_ratio, min_ratio, horizon, decay_ratio=1.0)
+        cos = CosineSchedule(warmup_ratio, min_ratio, horizon)
+        assert [wsd(k) for k in range(horizon + 2)] == [cos(k) for k in range(horizon + 2)]
+
+
+def test_a_replanned_horizon_moves_the_decay_to_the_new_end():
+    s = WSDSchedule(0.04, 0.1, 1000, decay_ratio=0.2)
+    assert s(599) == 1.0 and s(1000) == pytest.approx(0.1)
+    s.horizon, s.planned = 300, True  # as Trainer._plan does
+    want = wsd_reference(0.04, 0.2, 0.1, 300, 1001)
+    assert [s(k) for k in range(1001)] == pytest.approx(want, abs=1e-12)
+    # warm-up 12 steps, decay the last round(0.2 * 288) = 58: steps 242..299 from 1.0 to the floor
+    assert s(242) == 1.0 and s(243) < 1.0 and s(300) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("name,cls", [("cosine", CosineSchedule), ("wsd", WSDSchedule)])
+def test_make_schedule_builds_the_named_schedule(name, cls):
+    o = OptimCfg(schedule=name, warmup_ratio=0.1, min_lr_ratio=0.05, decay_ratio=0.3)
+    s = make_schedule(o, 200)
+    assert type(s) is cls
+    assert (s.horizon, s.planned) == (200, False)
+    assert [s(k) for k in range(203)] == pytest.approx(curve_reference(name, o, 200, 203))
+
+
+def test_the_schema_offers_exactly_the_schedules_there_are():
+    assert CHOICES["optim.schedule"] == tuple(SCHEDULES)
+    assert OptimCfg().schedule == "cosine"  # the default keeps the cosine
+    cfg = compose_config(["+experiment=tiny", "data.train=rows.jsonl"])
+    assert (cfg.optim.schedule, cfg.optim.decay_ratio) == ("cosine", 0.2)
+    cfg = compose_config(["optim.schedule=wsd", "optim.decay_ratio=0.5", "data.train=rows.jsonl"])
+    assert type(make_schedule(cfg.optim, 10)) is WSDSchedule
+
+
+@pytest.mark.parametrize("bad", ["linear", "WSD", ""])
+def test_an_unknown_schedule_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match=r"optim\.schedule"):
+        make_schedule(OptimCfg(schedule=bad), 100)
+    with pytest.raises(BadConfig, match=r"optim\.schedule"):
+        compose_config([f"optim.schedule={bad!r}", "data.train=rows.jsonl"])
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd"])
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan")])
+def test_a_decay_ratio_outside_zero_one_is_refused_naming_the_field(name, bad):
+    with pytest.raises(ValueError, match=r"optim\.decay_ratio"):
+        make_schedule(OptimCfg(schedule=name, decay_ratio=bad), 100)
+
+
+@pytest.mark.parametrize("bad", ["0.0", "1.5", "nan"])
+def test_the_config_loader_refuses_a_bad_decay_ratio_before_any_work(bad):
+    with pytest.raises(BadConfig, match=r"optim\.decay_ratio"):
+        compose_config([f"optim.decay_ratio={bad}", "data.train=rows.jsonl"])
 
 
 def test_plan_horizon_fits_the_rest_of_the_budget():
@@ -60,21 +181,31 @@ def test_timed_horizon_measures_after_the_skipped_steps():
     assert planned[0][1] == want
 
 
-def test_the_planned_horizon_survives_the_scheduler_state():
+@pytest.mark.parametrize("name", ["cosine", "wsd"])
+def test_the_planned_horizon_survives_the_scheduler_state(name):
     p = torch.nn.Parameter(torch.zeros(1))
-    s = CosineSchedule(0.04, 0.0, 1000)
+    o = OptimCfg(schedule=name, decay_ratio=0.3)
+    s = make_schedule(o, 1000)
     sched = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD([p], lr=1.0), s)
     s.horizon, s.planned = 321, True
     state = sched.state_dict()
-    fresh = CosineSchedule(0.04, 0.0, 1000)
+    fresh = make_schedule(o, 1000)
     again = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD([p], lr=1.0), fresh)
     again.load_state_dict(state)
     assert (fresh.horizon, fresh.planned) == (321, True)
+    assert vars(fresh) == vars(s)
+    assert [fresh(k) for k in range(330)] == [s(k) for k in range(330)]
 
 
-def test_a_time_boxed_run_plans_its_schedule_and_follows_it(target, tmp_path, capsys):  # noqa: F811
+@pytest.mark.parametrize("name", ["cosine", "wsd"])
+def test_a_time_boxed_run_plans_its_schedule_and_follows_it(name, target, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "run"
-    args = ("trainer.max_steps=400", "trainer.max_seconds=4", "trainer.step_delay_s=0.05")
+    args = (
+        "trainer.max_steps=400",
+        "trainer.max_seconds=4",
+        "trainer.step_delay_s=0.05",
+        f"optim.schedule={name}",
+    )
     assert main(fast(target, out, *args)) == 0
     text = capsys.readouterr().out
     m = re.search(r"learning-rate schedule planned for (\d+) steps \(max_steps 400\)", text)
@@ -88,6 +219,6 @@ def test_a_time_boxed_run_plans_its_schedule_and_follows_it(target, tmp_path, ca
     # every step after the plan follows the planned curve (LambdaLR: the lr after step k is f(k))
     after = [r for r in train if r["step"] > RATE_SKIP_STEPS + RATE_STEPS]
     assert after
+    curve = curve_reference(name, o, horizon, horizon + 1)
     for r in after:
-        f = reference(r["step"], o.warmup_ratio, o.min_lr_ratio, horizon)
-        assert r["lr"] == pytest.approx(o.lr * f, rel=1e-6)
+        assert r["lr"] == pytest.approx(o.lr * curve[r["step"]], rel=1e-6)

@@ -87,6 +87,10 @@ class OptimCfg:
     warmup_ratio: float = 0.04
     min_lr_ratio: float = 0.0
     clip: float = 1.0
+    # cosine: warm-up, then cosine over the rest | wsd: warm-up, hold the peak, then a cosine over
+    # the last decay_ratio of the steps after warm-up (train/schedule.py)
+    schedule: str = "cosine"
+    decay_ratio: float = 0.2  # wsd only: share of the horizon after warm-up spent decaying, (0, 1]
 
 
 @dataclass
@@ -98,7 +102,7 @@ class TrainerCfg:
     grad_accum: int = 1
     max_steps: int = 100
     max_seconds: float = 0.0  # stop (evaluate, save, export) once training ran this long; 0: off
-    # With max_seconds: plan the learning-rate schedule (warm-up and cosine) for the steps the
+    # With max_seconds: plan the learning-rate schedule (warm-up and decay) for the steps the
     # budget holds, measured after the first 22 steps (train/schedule.py), so it ends where the
     # run does; false: plan it for max_steps and cut it wherever the time runs out.
     schedule_to_time: bool = True
@@ -176,6 +180,7 @@ CHOICES = {
     "data.packing": ("pack", "bucket"),
     "data.on_bad_row": ("skip", "error"),
     "data.regenerate.backend": ("auto", "hf", "vllm"),
+    "optim.schedule": ("cosine", "wsd"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.mixed_precision": ("no", "bf16"),
     "trainer.distributed": ("none", "ddp", "fsdp"),

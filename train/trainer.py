@@ -34,7 +34,7 @@ from train.data.sampler import epoch_order
 from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
-from train.schedule import CosineSchedule, TimedHorizon
+from train.schedule import TimedHorizon, make_schedule
 from train.setup import SetupError
 from train.state import (
     checkpoint_dirs,
@@ -84,7 +84,10 @@ class Trainer:
         opt = torch.optim.AdamW(
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
-        self.schedule = CosineSchedule(o.warmup_ratio, o.min_lr_ratio, tc.max_steps)
+        try:
+            self.schedule = make_schedule(o, tc.max_steps)
+        except ValueError as e:
+            raise SetupError(str(e)) from e
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.schedule)
         self.objective, self.opt = accelerator.prepare(objective, opt)
         # Not prepared: accelerate would step a prepared scheduler once per process (it assumes
