@@ -35,6 +35,7 @@ from train.setup import (
 )
 from train.state import latest_checkpoint
 from train.trainer import Trainer
+from train.warm_start import warm_start
 
 
 def check_output_dir(cfg) -> Path:
@@ -96,6 +97,7 @@ def run(cfg) -> dict:
     draft.init_from_target(
         embed.float(), head.float(), *((vmap.d2t, vmap.t2d) if vmap is not None else ())
     )
+    init_from = warm_start(draft, cfg.init_from, embed, head) if cfg.init_from else None
     apply_speed_settings(cfg.trainer, draft, target, acc.device)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     fingerprint = {
@@ -108,6 +110,7 @@ def run(cfg) -> dict:
         "world_size": acc.num_processes,
         "max_steps": cfg.trainer.max_steps,
         "vocab_counts_hash": vmap.counts_hash if vmap else None,
+        "init_from_weights_sha256": init_from and init_from["weights_sha256"],
     }
     trainer = Trainer(cfg, acc, target, draft, train_ds, eval_ds, out, fingerprint, resolved)
     result = trainer.fit()
@@ -124,6 +127,7 @@ def run(cfg) -> dict:
             "mask_token": mask.as_dict(),
             "final_metrics": result.eval or result.train,
             "train_data": data_provenance(train_path),
+            "init_from": init_from,
         }
         final = export_final(
             cfg, acc.unwrap_model(trainer.objective).draft, out, provenance, result

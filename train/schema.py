@@ -161,6 +161,9 @@ class DistillCfg:
     seed: int = 0
     resume: bool = False
     overwrite: bool = False  # allow a fresh run to replace OUTPUT's checkpoints
+    # an exported draft (OUTPUT/final of a run) to start from instead of fresh weights; the
+    # optimizer, schedule and data start afresh (train/warm_start.py)
+    init_from: str | None = None
     print_config: bool = False
     target: TargetCfg = field(default_factory=TargetCfg)
     draft: DraftCfg = field(default_factory=DraftCfg)

@@ -1,0 +1,100 @@
+"""`init_from=DIR`: a run that starts from an exported draft starts where that draft ended (its
+weights, its draft -> target map), and a folder that is not this config's draft is refused before
+anything is written."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from common.checkpoint import load_checkpoint
+from common.model import DSparkDraftModel
+from common.target import target_head_weights
+from tests.test_distill import fast
+from tests.tiny_assets import build_tiny_random_target
+from train.distill import main
+from train.setup import SetupError
+from train.warm_start import warm_start
+
+VOCAB = "draft.draft_vocab_size=40"
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
+
+
+@pytest.fixture(scope="module")
+def first(target, tmp_path_factory) -> Path:
+    """A first run's output folder: 12 steps on the target's own rows, reduced vocabulary."""
+    out = tmp_path_factory.mktemp("first") / "run"
+    assert main(fast(target, out, VOCAB, "trainer.max_steps=12", "optim.lr=3e-3")) == 0
+    return out
+
+
+def target_tables(target: Path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(target, torch_dtype=torch.float32)
+    embed, head = target_head_weights(model)
+    return embed.float(), head.float()
+
+
+def test_warm_start_copies_every_tensor_of_the_export(target, first):
+    embed, head = target_tables(target)
+    want = load_checkpoint(first / "final", target_embed=embed, target_lm_head=head)
+    fresh = DSparkDraftModel(want.config)
+    assert not all(  # a fresh draft is not already the export
+        torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), want.state_dict().values())
+    )
+    record = warm_start(fresh, str(first / "final"), embed, head)
+    got = fresh.state_dict()
+    for name, t in want.state_dict().items():
+        assert torch.equal(got[name], t.to(got[name].dtype)), name
+    assert record["path"] == str(first / "final") and len(record["weights_sha256"]) == 64
+
+
+def test_a_run_from_an_export_starts_at_its_acceptance_and_keeps_its_vocab_map(
+    target, first, tmp_path
+):
+    # Other data than the first run's (held-out rows as train rows): its own counts would give
+    # another draft -> target map, but the export's map comes with the export's lm_head rows.
+    out = tmp_path / "second"
+    other = f"data.train={target}/data/heldout.jsonl"
+    args = fast(target, out, VOCAB, other, f"init_from={first}/final", "trainer.max_steps=2")
+    assert main(args) == 0
+    before = json.loads((first / "summary.json").read_text())
+    after = json.loads((out / "summary.json").read_text())
+    # Held-out CE against the teacher (this random target's near-uniform distributions leave
+    # TV-based tau flat): the second run's step 0 is where the first run ended, not where it began.
+    fresh = before["eval_untrained"]["ce"]
+    ended, started = before["eval"]["ce"], after["eval_untrained"]["ce"]
+    assert fresh - ended > 0.01  # the first run learned something to carry over
+    assert abs(started - ended) < 0.05 * (fresh - ended)  # bf16 export: nearly where it ended
+    d2t_first = load_file(str(first / "final" / "model.safetensors"))["d2t"]
+    d2t_second = load_file(str(out / "final" / "model.safetensors"))["d2t"]
+    assert torch.equal(d2t_first, d2t_second)
+    prov = json.loads((out / "final" / "provenance.json").read_text())
+    assert prov["init_from"]["path"] == f"{first}/final"
+
+
+def test_a_different_draft_is_refused_naming_each_field(target, first, tmp_path, capsys):
+    out = tmp_path / "second"
+    args = fast(target, out, VOCAB, f"init_from={first}/final", "draft.markov_rank=4")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "init_from=" in err and "markov_rank: checkpoint 8 vs this run 4" in err
+    assert not (out / "final").exists()
+
+
+def test_a_folder_without_a_draft_is_refused(target, tmp_path, capsys):
+    assert main(fast(target, tmp_path / "o", f"init_from={tmp_path}")) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+def test_warm_start_names_a_missing_folder():
+    draft = DSparkDraftModel.__new__(DSparkDraftModel)
+    with pytest.raises(SetupError, match="no config.json or model.safetensors"):
+        warm_start(draft, "/nonexistent/draft", torch.zeros(1), torch.zeros(1))
