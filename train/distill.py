@@ -133,7 +133,7 @@ def run(cfg) -> dict:
             cfg, acc.unwrap_model(trainer.objective).draft, out, provenance, result
         )
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        print_summary(summary, final)
+        print_summary(summary, final, start="init_from draft" if init_from else "untrained draft")
     acc.wait_for_everyone()
     return summary
 
@@ -146,13 +146,14 @@ def data_provenance(path: str) -> dict:
     return {"path": path, "regenerated": made}
 
 
-def print_summary(summary: dict, final: Path) -> None:
+def print_summary(summary: dict, final: Path, start: str = "untrained draft") -> None:
+    """The run's figures beside those at step 0 (`start` names that draft)."""
     ev, ev0 = summary["eval"] or summary["train"], summary["eval_untrained"]
     where = "held-out" if summary["eval"] else "last training step"
     print(f"\n[distill] final checkpoint: {final}")
     print(
         f"[distill] analytic tau ({where}): {ev['analytic_tau']:.3f}"
-        + (f"  (untrained draft: {ev0['analytic_tau']:.3f})" if ev0 else "")
+        + (f"  ({start}: {ev0['analytic_tau']:.3f})" if ev0 else "")
     )
     print(
         "[distill] per-position acceptance: "
@@ -160,7 +161,7 @@ def print_summary(summary: dict, final: Path) -> None:
     )
     if ev0:
         print(
-            "[distill]   untrained draft:    "
+            f"[distill]   {start + ':':<20}"
             + " ".join(f"{a:.3f}" for a in ev0["acceptance_per_pos"])
         )
     if "greedy_tau" in ev:  # T=0: the draft's argmax is the teacher's, teacher-forced
