@@ -8,6 +8,13 @@
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 D=artifacts/smollm2-data
 DRAFTS=("$@"); [ $# -gt 0 ] || DRAFTS=(dspark=outputs/smollm2_dspark/final dflash=outputs/smollm2_dflash/final)
+# A draft whose training failed is left out (named on stderr), so the others are still measured.
+KEPT=()
+for d in "${DRAFTS[@]}"; do
+  if [ -f "${d#*=}/config.json" ]; then KEPT+=("$d"); else echo "smollm2_evaluate.sh: no draft at ${d#*=}, left out" >&2; fi
+done
+[ ${#KEPT[@]} -gt 0 ] || { echo "smollm2_evaluate.sh: no draft to evaluate" >&2; exit 2; }
+DRAFTS=("${KEPT[@]}")
 NAMES=("${DRAFTS[@]%%=*}"); NAME="smollm2_${NAMES[0]}"
 for n in "${NAMES[@]:1}"; do NAME+="_vs_$n"; done
 python3 scripts/eval_acceptance.py --target artifacts/smollm2-135m-instruct --device cuda \
