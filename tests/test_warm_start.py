@@ -42,7 +42,17 @@ def target_tables(target: Path):
     return embed.float(), head.float()
 
 
-def test_warm_start_copies_every_tensor_of_the_export(target, first):
+@pytest.fixture(scope="module")
+def first_full_vocab(target, tmp_path_factory) -> Path:
+    """The same with the target's whole vocabulary (the export leaves lm_head to the target)."""
+    out = tmp_path_factory.mktemp("first_full") / "run"
+    assert main(fast(target, out, "trainer.max_steps=3")) == 0
+    return out
+
+
+@pytest.mark.parametrize("run", ["first", "first_full_vocab"])
+def test_warm_start_copies_every_tensor_of_the_export(target, run, request):
+    first = request.getfixturevalue(run)
     embed, head = target_tables(target)
     want = load_checkpoint(first / "final", target_embed=embed, target_lm_head=head)
     fresh = DSparkDraftModel(want.config)
