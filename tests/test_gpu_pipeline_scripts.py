@@ -31,6 +31,30 @@ def test_every_stage_names_a_script_that_parses(stages):
         subprocess.run(["bash", "-n", str(path)], check=True)
 
 
+DISTILL_STAGES = [  # (stages file, experiments, overrides) of every smollm2_distill.sh stage
+    (
+        path.stem,
+        [a for a in args if "=" not in a] or ["smollm2_dspark", "smollm2_dflash"],
+        [a for a in args if "=" in a],
+    )
+    for path in STAGES
+    for _, script, *args in stage_lines(path)
+    if script == "smollm2_distill.sh"
+]
+
+
+@pytest.mark.parametrize(
+    "stages,experiments,overrides", DISTILL_STAGES, ids=[d[0] for d in DISTILL_STAGES]
+)
+def test_every_distill_stage_composes_its_experiments_and_overrides(stages, experiments, overrides):
+    """A misspelt experiment or override would cost a device session's minutes, not a test's."""
+    from train.config_io import compose_config
+
+    for name in experiments:
+        cfg = compose_config([f"+experiment={name}", *overrides])
+        assert cfg.experiment_name == name, f"{stages}: {name} names itself {cfg.experiment_name}"
+
+
 def poll(res: Path, out: Path) -> list[str]:
     subprocess.run(
         ["bash", str(GPU / "poll.sh"), "1"],
