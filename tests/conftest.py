@@ -3,8 +3,9 @@ tests/interop).
 
 The tiny models live in `tests/tiny.py`, the one source for every suite: the drafts
 (`tiny_config`, `tiny_model`; also importable from here, as `from tests.conftest import
-tiny_config`) as the fixtures `make_config` / `make_model`, and the checkpoint suites' random
-target folder as `random_target`.
+tiny_config`) as the fixtures `make_config` / `make_model`, the checkpoint suites' random
+target folder as `random_target`, and the distill suites' tiny chat target with its data as
+`target` (a suite that needs another target defines its own).
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ def random_target(tmp_path_factory) -> Path:
     """A random tiny Qwen3 target folder (6 layers, so the default layer ids are [1, 2, 3];
     H=64, V=320) with its word-level tokenizer."""
     return write_random_target(tmp_path_factory.mktemp("random_target") / "target")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    """A random tiny Qwen3 chat target with its tokenizer and data/{train,heldout}.jsonl, one per
+    test module (`tests/tiny_assets.build_tiny_random_target`)."""
+    from tests.tiny_assets import build_tiny_random_target
+
+    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import pytest
 
 from tests.test_data import make_tokenizer
 from tests.test_distill import fast
-from tests.tiny_assets import build_tiny_random_target
 from train.data.rows import REASONS, BadRowError
 from train.distill import main
 from train.setup import SetupError, build_split
@@ -139,11 +138,6 @@ def test_share_above_the_limit_stops_before_packing_is_used(tok, tmp_path):
 
 
 # ---- through train.distill ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 def rows_with_bad(target, tmp_path, bad: int):

@@ -11,17 +11,11 @@ from pathlib import Path
 import pytest
 
 from common.contract import check_checkpoint
-from tests.tiny_assets import build_tiny_random_target
 from train.config_io import CONFIG_DIR, BadConfig, compose_config
 from train.distill import main
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory) -> Path:
-    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 def fast(target: Path, out: Path, *extra: str) -> list[str]:

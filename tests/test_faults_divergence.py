@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from tests.test_distill import _train_losses, fast
-from tests.tiny_assets import build_tiny_random_target
 from train import trainer as trainer_mod
 from train.distill import main
 from train.objective import DistillObjective
@@ -19,11 +18,6 @@ from train.state import LAST_GOOD_NAME, latest_checkpoint
 
 STEPS = ["trainer.max_steps=6", "trainer.eval_every=0"]
 BAD_STEP = 4
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory) -> Path:
-    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from common.checkpoint import NoSpaceForSave, save_checkpoint
 from common.contract import check_checkpoint
 from tests.conftest import tiny_model
 from tests.test_distill import _train_losses, fast
-from tests.tiny_assets import build_tiny_random_target
 from train.distill import main
 from train.model_card import write_model_card
 from train.state import (
@@ -366,11 +365,6 @@ def test_a_save_that_cannot_fit_is_refused_with_the_sizes(tmp_path, monkeypatch)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 40, 0, 1 << 40))
     save_checkpoint_state(acc, out, 2, {"fingerprint": FINGERPRINT}, keep_last=2)
     assert (out / "checkpoints" / LAST_GOOD_NAME).read_text().strip() == "step-000002"
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory) -> Path:
-    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 def test_resume_after_a_failed_checkpoint_write_is_exact(target, tmp_path, monkeypatch):

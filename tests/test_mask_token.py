@@ -9,7 +9,6 @@ import pytest
 
 from tests.test_chat_templates import tiny_tokenizer
 from tests.test_distill import fast
-from tests.tiny_assets import build_tiny_random_target
 from train.data import build_dataset
 from train.distill import main
 from train.mask_token import MaskTokenError, choose_mask_token
@@ -104,11 +103,6 @@ def test_overrides_win_and_are_checked():
     assert (m.id, m.how) == (tok.eos_token_id, "set by draft.mask_token")
     with pytest.raises(MaskTokenError, match="draft.mask_token='<|nope|>' is not a single token"):
         choose_mask_token(Draft(mask_token="<|nope|>", mask_token_id=None), tok, len(tok), ds)
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 def test_distill_picks_records_and_prints_the_mask_token(target, tmp_path, capsys):

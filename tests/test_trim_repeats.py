@@ -6,7 +6,6 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tests.tiny_assets import build_tiny_random_target
 from train.trim_repeats import first_repeat_end, main
 
 
@@ -31,11 +30,6 @@ def test_first_repeat_end_matches_a_naive_search(seed):
 def test_overlapping_repeat_counts():
     assert first_repeat_end([7, 7, 7], 2) == 3  # (7, 7) at 0 and at 1
     assert first_repeat_end([1, 2, 3, 4], 2) is None
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    return build_tiny_random_target(tmp_path_factory.mktemp("trim") / "target")
 
 
 def test_rows_are_cut_after_the_first_repeat(target, tmp_path, capsys):

@@ -13,17 +13,11 @@ from common.checkpoint import load_checkpoint
 from common.model import DSparkDraftModel
 from common.target import target_head_weights
 from tests.test_distill import fast
-from tests.tiny_assets import build_tiny_random_target
 from train.distill import main
 from train.setup import SetupError
 from train.warm_start import warm_start
 
 VOCAB = "draft.draft_vocab_size=40"
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory) -> Path:
-    return build_tiny_random_target(tmp_path_factory.mktemp("target") / "t")
 
 
 @pytest.fixture(scope="module")
