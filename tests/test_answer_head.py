@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.test_distill import fast, target  # noqa: F401  (the module-scoped tiny target)
+from tests.test_distill import fast
 from train.anchors import answer_head_mask
 from train.distill import main
 

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from tests.test_distill import fast, target  # noqa: F401  (the module-scoped tiny target)
+from tests.test_distill import fast
 from train.config_io import BadConfig, compose_config
 from train.distill import main
 from train.schedule import (
