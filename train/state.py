@@ -166,15 +166,24 @@ def save_checkpoint_state(accelerator, output_dir: Path, step: int, state: dict,
     return final
 
 
+def setting_differences(
+    saved: dict, now: dict, now_label: str = "now", ignore: tuple[str, ...] = ()
+) -> list[str]:
+    """'key: checkpoint X vs NOW_LABEL Y' for each key (but `ignore`) whose values differ."""
+    keys = sorted((set(saved) | set(now)) - set(ignore))
+    return [
+        f"{k}: checkpoint {saved.get(k)!r} vs {now_label} {now.get(k)!r}"
+        for k in keys
+        if saved.get(k) != now.get(k)
+    ]
+
+
 def load_checkpoint_state(accelerator, ckpt: Path, fingerprint: dict) -> dict:
     """Restore accelerate state from `ckpt`; refuse a checkpoint of an incompatible run."""
     state = json.loads((ckpt / STATE_NAME).read_text())
-    saved = state.get("fingerprint", {})
-    diffs = [k for k in sorted(set(saved) | set(fingerprint)) if saved.get(k) != fingerprint.get(k)]
+    diffs = setting_differences(state.get("fingerprint", {}), fingerprint)
     if diffs:
-        detail = "; ".join(
-            f"{k}: checkpoint {saved.get(k)!r} vs now {fingerprint.get(k)!r}" for k in diffs
-        )
+        detail = "; ".join(diffs)
         raise SetupError(
             f"cannot resume from {ckpt}: incompatible run ({detail}). Restore those settings, or "
             "start afresh with resume=false overwrite=true."

@@ -15,36 +15,19 @@ the map this run counted from its data is not used.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 
 from common.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_checkpoint, read_config
 from common.model import DSparkDraftModel
+from train.package_files import sha256_file
 from train.setup import SetupError
+from train.state import setting_differences
 
 # Config keys that may differ: where the target lives, free-form extras, and serving settings
 # that the weights do not depend on.
 FREE_KEYS = ("target_name_or_path", "dspark_extra", "num_speculative_tokens", "dspark_draft_topk")
-
-
-def config_differences(saved: dict, now: dict) -> list[str]:
-    """'key: checkpoint X vs this run Y' for each weight-shaping key that differs."""
-    keys = sorted((set(saved) | set(now)) - set(FREE_KEYS))
-    return [
-        f"{k}: checkpoint {saved.get(k)!r} vs this run {now.get(k)!r}"
-        for k in keys
-        if saved.get(k) != now.get(k)
-    ]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def warm_start(
@@ -60,7 +43,9 @@ def warm_start(
             f"init_from={ckpt_dir}: no {' or '.join(missing)} there; give an exported draft "
             "folder (OUTPUT/final of a run)"
         )
-    diffs = config_differences(read_config(path).to_hf_dict(), draft.config.to_hf_dict())
+    diffs = setting_differences(
+        read_config(path).to_hf_dict(), draft.config.to_hf_dict(), "this run", ignore=FREE_KEYS
+    )
     if diffs:
         raise SetupError(
             f"init_from={ckpt_dir} is not the draft this config builds: " + "; ".join(diffs)
@@ -75,4 +60,4 @@ def warm_start(
     with torch.no_grad():
         for name, t in loaded.items():
             state[name].copy_(t.to(state[name].dtype))
-    return {"path": str(path), "weights_sha256": file_sha256(path / WEIGHTS_NAME)}
+    return {"path": str(path), "weights_sha256": sha256_file(path / WEIGHTS_NAME)}

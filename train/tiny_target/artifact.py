@@ -19,6 +19,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from train.package_files import sha256_file
+
 RECIPE_VERSION = 1  # bump when the builder changes what a recipe produces
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "data/train.jsonl")
 
@@ -36,14 +38,6 @@ def reusable(out: Path, want_hash: str) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         return False
     return recorded == want_hash and all((out / f).is_file() for f in REQUIRED_FILES)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def provenance(folder: Path) -> dict:
@@ -70,7 +64,7 @@ def provenance(folder: Path) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
-        "sha256": {f: file_sha256(folder / f) for f in outputs if (folder / f).is_file()},
+        "sha256": {f: sha256_file(folder / f) for f in outputs if (folder / f).is_file()},
     }
 
 
