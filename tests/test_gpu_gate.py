@@ -74,12 +74,43 @@ def test_gate_passes_lossless_runs_and_rejects_a_wrong_token(tmp_path):
     assert [(p["prompt"], p["step"], p["fp64_argmax"]) for p in parts] == [(1, 2, base[1][2])]
     assert parts[0]["logit_gap"] < 0
     bad = gate(report(wrong, base, parts), set(), ARGS)
-    assert not bad["vllm_greedy_equals_vllm_target_greedy_up_to_ties"]
+    assert parts[0]["spec_deficit"] == -parts[0]["logit_gap"] > 0
+    assert parts[0]["target_only_deficit"] == 0
+    r = report(wrong, base, parts)
+    bad = gate(r, set(), ARGS)
+    assert not bad["vllm_greedy_within_vllm_target_only_rounding"]
+    assert not r["greedy_fixed_bound"]["passes"] and r["greedy_bound"] == ARGS.tie_tol
     assert bad["engine_greedy_equals_hf_greedy"]
     # ... unless the gap is within the tie tolerance.
-    loose_args = argparse.Namespace(**{**vars(ARGS), "tie_tol": abs(parts[0]["logit_gap"])})
+    loose_args = argparse.Namespace(**{**vars(ARGS), "tie_tol": parts[0]["spec_deficit"]})
     loose = gate(report(wrong, base, parts), set(), loose_args)
-    assert loose["vllm_greedy_equals_vllm_target_greedy_up_to_ties"]
+    assert loose["vllm_greedy_within_vllm_target_only_rounding"]
+
+
+def parting(prompt, spec_deficit, target_only_deficit):
+    return {
+        "prompt": prompt,
+        "logit_gap": target_only_deficit - spec_deficit,
+        "spec_deficit": spec_deficit,
+        "target_only_deficit": target_only_deficit,
+    }
+
+
+def test_greedy_bound_is_vllms_own_target_only_rounding():
+    """DSpark's greedy pick may trail the float64 argmax by as much as vLLM's target-only run
+    did at some parting of the same run (its float32 rounding), never by more."""
+    same = [[1, 2, 3]]
+    # vLLM 0.34, 2026-12-04: the target-only run 0.009 off the argmax at one parting, DSpark
+    # 0.0024 off at another: the fixed 1e-3 bound failed this, the rounding bound passes it.
+    seen = [parting(0, 0.0, 0.009), parting(1, 0.0024, 0.0)]
+    r = report(same, same, seen)
+    assert gate(r, set(), ARGS)["vllm_greedy_within_vllm_target_only_rounding"]
+    assert r["greedy_bound"] == 0.009 and not r["greedy_fixed_bound"]["passes"]
+    # A pick further below the argmax than anything vLLM's rounding produced fails.
+    lossy = [parting(0, 0.0, 0.009), parting(1, 0.02, 0.0)]
+    assert not gate(report(same, same, lossy), set(), ARGS)[
+        "vllm_greedy_within_vllm_target_only_rounding"
+    ]
 
 
 def test_gate_rejects_acceptance_drift_and_an_underpowered_run_and_cuts_at_stops():
@@ -111,7 +142,7 @@ def test_adaptive_gate_gates_greedy_only_and_reports_acceptance():
     adaptive = gate(r, set(), argparse.Namespace(**{**vars(ARGS), "adaptive": True}))
     assert all(adaptive.values()) and set(adaptive) == {
         "engine_greedy_equals_hf_greedy",
-        "vllm_greedy_equals_vllm_target_greedy_up_to_ties",
+        "vllm_greedy_within_vllm_target_only_rounding",
     }
     assert not r["adaptive_reported_not_gated"]["per_pos_acceptance_equal_T0.0"]
     assert not any("verified" in k for k in r["adaptive_reported_not_gated"])

@@ -14,12 +14,17 @@ interleaved), greedy (T=0) then probabilistic (T=1):
 4. Our engine (`serve.engine`) in --engine-dtype, same prompts, same counters.
 Checks (exit 1 if any fails):
 - engine greedy == HF greedy, token for token (outputs cut at the first stop id);
-- vLLM DSpark greedy == vLLM target-only greedy, except where the two runs pick different tokens
-  that the target ties: at each step where they part, prompt + shared prefix is re-scored by
-  the HF target in float64, and the logit gap between the two picks must be <= --tie-tol.
-  Different batch shapes round differently, so a near-tie can flip in any dtype (seen in bf16:
-  22 of 64 prompts, gaps up to 0.11; in float32: 1 of 64, gap 2.4e-4); a lossy verifier would
-  instead pick tokens the target ranks clearly lower. vLLM vs HF is reported, not gated;
+- vLLM DSpark greedy == vLLM target-only greedy, except where vLLM's own rounding explains the
+  difference: at each step where the two runs part, prompt + shared prefix is re-scored by the HF
+  target in float64, and DSpark's pick may trail the float64 argmax by at most the bound
+  max(--tie-tol, the largest amount by which vLLM's target-only pick trails it at any parting of
+  the run). Different batch shapes round differently, so a near-tie can flip in any dtype (seen
+  in bf16: 22 of 64 prompts, gaps up to 0.11; in float32 vLLM 0.34's target-only run, on
+  SmolLM2's 30 layers, picked tokens up to 0.009 below the float64 argmax); the speculative run
+  cannot be held to tighter numerics than the same engine decoding the target alone, and a lossy
+  verifier would pick tokens the target ranks clearly lower. (Until 2026-12-04 the bound was
+  --tie-tol alone on the gap between the two picks; that check is still reported, in
+  report["greedy_fixed_bound"].) vLLM vs HF is reported, not gated;
 - per-position acceptance of vLLM and engine equal, from pooled counts: at each temperature and
   position k, conditional acceptance accepted_k / reached_k of the two stacks is compared with a
   two-sided two-proportion z-test, Bonferroni over all (temperature, position) tests at family
@@ -122,6 +127,8 @@ def partings(spec, base, prompts, target: str, device: str) -> list[dict]:
                 "target_only_token": b[d],
                 "fp64_argmax": int(logits.argmax()),
                 "logit_gap": float(logits[s[d]] - logits[b[d]]),
+                "spec_deficit": float(logits.max() - logits[s[d]]),
+                "target_only_deficit": float(logits.max() - logits[b[d]]),
             }
         )
     return rows
@@ -311,15 +318,28 @@ def compare_acceptance(a: dict, b: dict, alpha: float, power: float = 0.8) -> li
     return rows
 
 
+def greedy_bound(parts: list[dict], tie_tol: float) -> float:
+    """How far below the float64 argmax vLLM DSpark's greedy pick may be: `tie_tol`, or more
+    where vLLM's target-only run itself picked further below it (its float32 rounding)."""
+    return max([tie_tol] + [p["target_only_deficit"] for p in parts])
+
+
 def gate(report: dict, stops: set[int], args) -> dict:
     """The pass/fail checks of the module docstring, from a finished report; the per-position
     comparisons land in report["acceptance_tests"]."""
     v, e = report["vllm"], report["engine"]
+    parts = report["vllm_greedy_partings"]
+    bound = greedy_bound(parts, args.tie_tol)
+    report["greedy_bound"] = bound
+    report["greedy_fixed_bound"] = {
+        "tie_tol": args.tie_tol,
+        "passes": all(abs(p["logit_gap"]) <= args.tie_tol for p in parts),
+    }
     checks = {
         "engine_greedy_equals_hf_greedy": cut(e["0.0"]["outputs"], stops)
         == cut(report["hf_greedy"], stops),
-        "vllm_greedy_equals_vllm_target_greedy_up_to_ties": all(
-            abs(p["logit_gap"]) <= args.tie_tol for p in report["vllm_greedy_partings"]
+        "vllm_greedy_within_vllm_target_only_rounding": all(
+            p["spec_deficit"] <= bound for p in parts
         ),
     }
     temps = [str(t) for t in TEMPERATURES]
