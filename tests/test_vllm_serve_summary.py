@@ -32,3 +32,19 @@ def test_figures_come_from_their_files(tmp_path):
     assert s["gate_passed_adaptive"] is None  # no adaptive gate file: null, not left out
     assert s["vllm_tests"] == {"tests": 8, "failures": 1, "errors": 1, "skipped": 2}
     assert s["speedup_b1_source"] == str(tmp_path / "vllm_speedup.json")
+
+
+def test_a_file_the_run_lacks_comes_from_an_earlier_run(tmp_path):
+    new, old = tmp_path / "new", tmp_path / "old"
+    new.mkdir(), old.mkdir()
+    (new / "vllm034_gate_adaptive.json").write_text(json.dumps({"checks": {"x": True}}))
+    (old / "vllm034_gate_adaptive.json").write_text(json.dumps({"checks": {"x": False}}))
+    (old / "vllm034_gate.json").write_text(json.dumps({"vllm_version": "0.34.0", "checks": {}}))
+    s = summary(new, "vllm034_", (old,))
+    assert s["gate_passed_adaptive"] is True  # the run's own file wins
+    assert s["gate_passed_adaptive_source"] == str(new / "vllm034_gate_adaptive.json")
+    assert (s["vllm_version"], s["vllm_version_source"]) == (
+        "0.34.0",
+        str(old / "vllm034_gate.json"),
+    )
+    assert s["speedup_b1"] is None and s["speedup_b1_source"] == str(new / "vllm_speedup.json")
