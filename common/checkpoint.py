@@ -9,7 +9,8 @@ Canonical (dense) layout, as DeepSeek ships its DSpark drafts:
                         are left out and shared by the loader (`shared_with_target`)
     provenance.json     resolved config, command, git SHA, package versions, vocab-count hash
 Speculators layout: the same weights; config.json carries `speculators_config` so that
-`vllm serve <ckpt>` needs no flags.
+`vllm serve <ckpt>` needs no flags (vLLM 0.34: only when the verifier is a Hub id, not a local
+folder; docs/vllm-contract.md).
 
 Every writer builds the folder in a temp dir next to the destination, validates it with
 `common.contract.check_checkpoint` and renames it into place: nothing half-written is ever final.
