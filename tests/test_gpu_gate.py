@@ -47,13 +47,17 @@ def counts(drafts, accepted):
     }
 
 
-def report(spec, base, parts, acc_v=(2000, 800), acc_e=(2010, 810), drafts=4000):
+def report(spec, base, parts, acc_v=(2000, 800), acc_e=(2010, 810), drafts=4000, engine=None):
+    """vLLM's greedy outputs `spec` parting from the target-only run at `parts`; the engine's
+    `engine` (default: HF's own, `base`) parting from HF at `engine[1]`."""
     v, e = counts(drafts, acc_v), counts(drafts, acc_e)
+    engine_out, engine_parts = engine or (base, [])
     return {
         "vllm": {"0.0": {"outputs": spec, **v}, "1.0": v},
-        "engine": {"0.0": {"outputs": base, **e}, "1.0": e},
+        "engine": {"0.0": {"outputs": engine_out, **e}, "1.0": e},
         "hf_greedy": base,
         "vllm_greedy_partings": parts,
+        "engine_greedy_partings": engine_parts,
     }
 
 
@@ -75,24 +79,24 @@ def test_gate_passes_lossless_runs_and_rejects_a_wrong_token(tmp_path):
     assert parts[0]["logit_gap"] < 0
     bad = gate(report(wrong, base, parts), set(), ARGS)
     assert parts[0]["spec_deficit"] == -parts[0]["logit_gap"] > 0
-    assert parts[0]["target_only_deficit"] == 0
+    assert parts[0]["base_deficit"] == 0
     r = report(wrong, base, parts)
     bad = gate(r, set(), ARGS)
     assert not bad["vllm_greedy_within_vllm_target_only_rounding"]
     assert not r["greedy_fixed_bound"]["passes"] and r["greedy_bound"] == ARGS.tie_tol
-    assert bad["engine_greedy_equals_hf_greedy"]
+    assert bad["engine_greedy_within_hf_rounding"] and r["engine_greedy_identical"]
     # ... unless the gap is within the tie tolerance.
     loose_args = argparse.Namespace(**{**vars(ARGS), "tie_tol": parts[0]["spec_deficit"]})
     loose = gate(report(wrong, base, parts), set(), loose_args)
     assert loose["vllm_greedy_within_vllm_target_only_rounding"]
 
 
-def parting(prompt, spec_deficit, target_only_deficit):
+def parting(prompt, spec_deficit, base_deficit):
     return {
         "prompt": prompt,
-        "logit_gap": target_only_deficit - spec_deficit,
+        "logit_gap": base_deficit - spec_deficit,
         "spec_deficit": spec_deficit,
-        "target_only_deficit": target_only_deficit,
+        "base_deficit": base_deficit,
     }
 
 
@@ -141,7 +145,7 @@ def test_adaptive_gate_gates_greedy_only_and_reports_acceptance():
     assert not plain["per_pos_acceptance_equal_T0.0"]
     adaptive = gate(r, set(), argparse.Namespace(**{**vars(ARGS), "adaptive": True}))
     assert all(adaptive.values()) and set(adaptive) == {
-        "engine_greedy_equals_hf_greedy",
+        "engine_greedy_within_hf_rounding",
         "vllm_greedy_within_vllm_target_only_rounding",
     }
     assert not r["adaptive_reported_not_gated"]["per_pos_acceptance_equal_T0.0"]
@@ -293,3 +297,29 @@ def test_matched_cost_table_prices_one_request_as_vllm(tmp_path):
     table = PaddedCostTable.load(path)
     assert table.draft_ms[1] == 1.25
     assert [table.verify_ms[1][q] for q in range(1, 5)] == verify[1:5]
+
+
+def test_engine_may_part_from_hf_only_within_hfs_own_rounding(tmp_path):
+    """The engine's greedy output is held to HF's, except at a near-tie HF's float32 `generate`
+    itself got wrong (2026-12-04: HF 1.4e-05 below the float64 argmax, the engine on it); a
+    token the target ranks clearly lower fails, from real float64 re-scoring."""
+    target = str(build_tiny_random_target(tmp_path / "t"))
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    base = greedy(target, prompts)
+    wrong = [list(s) for s in base]
+    m = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float64).eval()
+    logits = m(torch.tensor([prompts[0] + base[0][:1]])).logits[0, -1]
+    wrong[0][1] = int(logits.topk(2).indices[1])
+    parts = partings(wrong, base, prompts, target, "cpu")
+    r = report(base, base, [], engine=(wrong, parts))
+    assert not gate(r, set(), ARGS)["engine_greedy_within_hf_rounding"]
+    assert not r["engine_greedy_identical"]
+    # Off by 0.002 (above tie_tol) where HF's own pick was 0.005 off elsewhere: passes; alone,
+    # or beyond HF's rounding, it fails.
+    for parts, ok in (
+        ([parting(0, 0.0, 0.005), parting(1, 0.002, 0.0)], True),
+        ([parting(1, 0.002, 0.0)], False),
+        ([parting(0, 0.0, 0.005), parting(1, 0.006, 0.0)], False),
+    ):
+        r = report(base, base, [], engine=(wrong, parts))
+        assert gate(r, set(), ARGS)["engine_greedy_within_hf_rounding"] is ok

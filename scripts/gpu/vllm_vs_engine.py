@@ -13,18 +13,21 @@ interleaved), greedy (T=0) then probabilistic (T=1):
 3. HF greedy: the target's own `generate` in --engine-dtype (batched, left-padded).
 4. Our engine (`serve.engine`) in --engine-dtype, same prompts, same counters.
 Checks (exit 1 if any fails):
-- engine greedy == HF greedy, token for token (outputs cut at the first stop id);
+- engine greedy == HF greedy (outputs cut at the first stop id), except where HF's own float32
+  rounding explains the difference: the same rule as the next check, with HF's `generate` as the
+  base (from 2026-12-04 evening; the engine had emitted the float64 argmax where HF's pick was
+  1.4e-05 below it). Token-for-token identity is still reported, report["engine_greedy_identical"];
 - vLLM DSpark greedy == vLLM target-only greedy, except where vLLM's own rounding explains the
   difference: at each step where the two runs part, prompt + shared prefix is re-scored by the HF
   target in float64, and DSpark's pick may trail the float64 argmax by at most the bound
-  max(--tie-tol, the largest amount by which vLLM's target-only pick trails it at any parting of
-  the run). Different batch shapes round differently, so a near-tie can flip in any dtype (seen
-  in bf16: 22 of 64 prompts, gaps up to 0.11; in float32 vLLM 0.34's target-only run, on
-  SmolLM2's 30 layers, picked tokens up to 0.009 below the float64 argmax); the speculative run
-  cannot be held to tighter numerics than the same engine decoding the target alone, and a lossy
-  verifier would pick tokens the target ranks clearly lower. (Until 2026-12-04 the bound was
-  --tie-tol alone on the gap between the two picks; that check is still reported, in
-  report["greedy_fixed_bound"].) vLLM vs HF is reported, not gated;
+  max(--tie-tol, the largest amount by which the base's (vLLM's target-only) pick trails it at
+  any parting of the run). Different batch shapes round differently, so a near-tie can flip in
+  any dtype (seen in bf16: 22 of 64 prompts, gaps up to 0.11; in float32 vLLM 0.34's target-only
+  run, on SmolLM2's 30 layers, picked tokens up to 0.009 below the float64 argmax); the
+  speculative run cannot be held to tighter numerics than the same engine decoding the target
+  alone, and a lossy verifier would pick tokens the target ranks clearly lower. (Until
+  2026-12-04 the bound was --tie-tol alone on the gap between the two picks; that check is still
+  reported, in report["greedy_fixed_bound"].) vLLM vs HF is reported, not gated;
 - per-position acceptance of vLLM and engine equal, from pooled counts: at each temperature and
   position k, conditional acceptance accepted_k / reached_k of the two stacks is compared with a
   two-sided two-proportion z-test, Bonferroni over all (temperature, position) tests at family
@@ -103,8 +106,9 @@ def hf_greedy(target: str, prompts, max_tokens: int, dtype: str, device: str) ->
 
 
 def partings(spec, base, prompts, target: str, device: str) -> list[dict]:
-    """Where greedy runs `spec` and `base` first differ: the step, both picks, and the float64
-    target's logit gap between them (positive: `spec`'s pick ranks higher) and its argmax."""
+    """Where greedy runs `spec` and `base` first differ: the step, both picks, the float64
+    target's argmax, the logit gap between the picks (positive: `spec`'s ranks higher) and how
+    far each pick trails the argmax (its deficit)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -124,11 +128,11 @@ def partings(spec, base, prompts, target: str, device: str) -> list[dict]:
                 "prompt": i,
                 "step": d,
                 "spec_token": s[d],
-                "target_only_token": b[d],
+                "base_token": b[d],
                 "fp64_argmax": int(logits.argmax()),
                 "logit_gap": float(logits[s[d]] - logits[b[d]]),
                 "spec_deficit": float(logits.max() - logits[s[d]]),
-                "target_only_deficit": float(logits.max() - logits[b[d]]),
+                "base_deficit": float(logits.max() - logits[b[d]]),
             }
         )
     return rows
@@ -319,28 +323,31 @@ def compare_acceptance(a: dict, b: dict, alpha: float, power: float = 0.8) -> li
 
 
 def greedy_bound(parts: list[dict], tie_tol: float) -> float:
-    """How far below the float64 argmax vLLM DSpark's greedy pick may be: `tie_tol`, or more
-    where vLLM's target-only run itself picked further below it (its float32 rounding)."""
-    return max([tie_tol] + [p["target_only_deficit"] for p in parts])
+    """How far below the float64 argmax a greedy pick may be: `tie_tol`, or more where the
+    reference run (the base of `partings`) itself picked further below it (its rounding)."""
+    return max([tie_tol] + [p["base_deficit"] for p in parts])
+
+
+def within_rounding(parts: list[dict], tie_tol: float) -> bool:
+    return all(p["spec_deficit"] <= greedy_bound(parts, tie_tol) for p in parts)
 
 
 def gate(report: dict, stops: set[int], args) -> dict:
     """The pass/fail checks of the module docstring, from a finished report; the per-position
     comparisons land in report["acceptance_tests"]."""
     v, e = report["vllm"], report["engine"]
-    parts = report["vllm_greedy_partings"]
-    bound = greedy_bound(parts, args.tie_tol)
-    report["greedy_bound"] = bound
+    parts, engine_parts = report["vllm_greedy_partings"], report["engine_greedy_partings"]
+    report["greedy_bound"] = greedy_bound(parts, args.tie_tol)
     report["greedy_fixed_bound"] = {
         "tie_tol": args.tie_tol,
         "passes": all(abs(p["logit_gap"]) <= args.tie_tol for p in parts),
     }
+    report["engine_greedy_identical"] = cut(e["0.0"]["outputs"], stops) == cut(
+        report["hf_greedy"], stops
+    )
     checks = {
-        "engine_greedy_equals_hf_greedy": cut(e["0.0"]["outputs"], stops)
-        == cut(report["hf_greedy"], stops),
-        "vllm_greedy_within_vllm_target_only_rounding": all(
-            p["spec_deficit"] <= bound for p in parts
-        ),
+        "engine_greedy_within_hf_rounding": within_rounding(engine_parts, args.tie_tol),
+        "vllm_greedy_within_vllm_target_only_rounding": within_rounding(parts, args.tie_tol),
     }
     temps = [str(t) for t in TEMPERATURES]
     n_tests = sum(len(v[t]["accepted_per_pos"]) for t in temps)
@@ -433,8 +440,14 @@ def main(argv=None) -> int:
     report["vllm_greedy_partings"] = partings(
         vllm_runs["0.0"]["outputs"], vllm_runs["target_only_greedy"], prompts, a.target, a.device
     )
+    # Raw outputs: the engine stops at a stop id, HF's batch pads after it, so `zip` ends there.
+    report["engine_greedy_partings"] = partings(
+        report["engine"]["0.0"]["outputs"], report["hf_greedy"], prompts, a.target, a.device
+    )
     for p in report["vllm_greedy_partings"]:
         print("vLLM DSpark vs target-only greedy part:", json.dumps(p))
+    for p in report["engine_greedy_partings"]:
+        print("engine vs HF greedy part:", json.dumps(p))
     pairs = zip(cut(vllm_runs["0.0"]["outputs"], stops), cut(report["hf_greedy"], stops))
     same = sum(x == y for x, y in pairs) / len(prompts)
     report["vllm_vs_hf_greedy_identical_fraction"] = same
