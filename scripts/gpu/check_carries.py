@@ -7,6 +7,11 @@ One argument per call, its carried folders joined by commas. Prints each call's 
 left; exit 1 if a call is over (halve a folder with scripts/gpu/halve_carry.sh) or a folder is
 missing. On 2026-12-04 two calls were refused mid-session: 60 MB folders had fitted until the
 tracked files grew to 8 MB.
+
+It also names files that two folders of one call both hold: `cp A/* B/* /tmp/carry/` refuses
+to copy a second file of the same name ("will not overwrite just-created"), which on the evening
+of 2026-12-04 stopped a call's `&&` chain before it started the pipeline. Identical copies are
+noted (copy each folder with its own `cp`); different contents under one name fail the check.
 """
 
 from __future__ import annotations
@@ -35,6 +40,24 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def shared_names(repo: Path, folders: list[str]) -> tuple[list[str], bool]:
+    """Lines for the top-level file names two of `folders` both hold, and whether all those
+    copies are byte-identical."""
+    seen: dict[str, Path] = {}
+    lines, same = [], True
+    for f in folders:
+        for path in sorted(p for p in (repo / f).iterdir() if p.is_file()):
+            first = seen.setdefault(path.name, path)
+            if first is path:
+                continue
+            identical = first.read_bytes() == path.read_bytes()
+            same &= identical
+            how = "identical: copy each folder with its own cp" if identical else "DIFFERENT"
+            rel = f"{first.relative_to(repo)} and {path.relative_to(repo)}"
+            lines.append(f"  both hold {path.name} ({rel}), {how}")
+    return lines, same
+
+
 def check(repo: Path, calls: list[str], limit: int = LIMIT) -> tuple[list[str], bool]:
     tree = tree_bytes(repo)
     lines, ok = [f"working tree: {tree:,} bytes; limit {limit:,}"], True
@@ -49,6 +72,9 @@ def check(repo: Path, calls: list[str], limit: int = LIMIT) -> tuple[list[str], 
         verdict = "ok" if total <= limit else "OVER"
         ok &= total <= limit
         lines.append(f"call {i} ({call}): {total:,} bytes, {limit - total:,} left: {verdict}")
+        shared, same = shared_names(repo, folders)
+        lines += shared
+        ok &= same
     return lines, ok
 
 
