@@ -78,6 +78,7 @@ SHAPES = {
             "fused_flex_tflex",
             "fused_flex_tflex_compile",
             "fused_flex_tflex_compile_tcompile",
+            "fused_flex_tflex_compile_tcompile_lcompile",
             "fsdp",
         ],
     },
@@ -111,6 +112,9 @@ SHAPES = {
             # Host-bound at 16 x 1024 tokens (kernel launches do not grow with the batch):
             "fused_flex_tflex+loss.chunk_tokens=8192+trainer.micro_batch_size=64",
             "fused_flex_tflex_compile+loss.chunk_tokens=8192+trainer.micro_batch_size=64",
+            "fused_flex_tflex_compile_tcompile+loss.chunk_tokens=8192+trainer.micro_batch_size=64",
+            "fused_flex_tflex_compile_tcompile_lcompile+loss.chunk_tokens=8192"
+            "+trainer.micro_batch_size=64",
         ],
     },
     "tiny": {  # CPU plumbing test
@@ -151,8 +155,9 @@ SHAPES = {
 #   target_attention trainer.target_attention: "sdpa" (dense document-causal mask) | "flex"
 #   compile_draft    trainer.compile_draft: torch.compile each draft layer
 #   compile_target   trainer.compile_target: torch.compile each target decoder layer
-# (the last four are trainer settings, applied by train.setup.apply_speed_settings as
-# `train.distill` applies them)
+#   compile_loss     trainer.compile_loss: torch.compile the fused loss's per-chunk passes
+# (the last five are trainer settings, applied as `train.distill` applies them: by
+# train.setup.apply_speed_settings, the loss's by DistillObjective)
 #   distributed      trainer.distributed (fsdp runs in a torchrun child)
 VARIANT_DEFAULTS = dict(
     vocab_grad="fused",
@@ -160,6 +165,7 @@ VARIANT_DEFAULTS = dict(
     target_attention="sdpa",
     compile_draft=False,
     compile_target=False,
+    compile_loss=False,
     distributed="none",
 )
 VARIANTS = {
@@ -170,6 +176,13 @@ VARIANTS = {
     "fused_flex_tflex_compile": dict(attention="flex", target_attention="flex", compile_draft=True),
     "fused_flex_tflex_compile_tcompile": dict(
         attention="flex", target_attention="flex", compile_draft=True, compile_target=True
+    ),
+    "fused_flex_tflex_compile_tcompile_lcompile": dict(
+        attention="flex",
+        target_attention="flex",
+        compile_draft=True,
+        compile_target=True,
+        compile_loss=True,
     ),
     "fsdp": dict(attention="flex", target_attention="flex", distributed="fsdp"),
 }
@@ -425,6 +438,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
             f"trainer.target_attention={v['target_attention']}",
             f"trainer.compile_draft={str(v['compile_draft']).lower()}",
             f"trainer.compile_target={str(v['compile_target']).lower()}",
+            f"trainer.compile_loss={str(v['compile_loss']).lower()}",
             *user_over,
             *extra,
         ]
@@ -604,7 +618,11 @@ def bench_scale(args, on_row=None) -> dict:
     variants = args.variants or SHAPES[args.shape]["variants"]
     if dev.type == "cpu":  # no CPU flex-attention backward; no single-process FSDP on CPU
         cpu_ok = dict(
-            attention="sdpa", target_attention="sdpa", compile_draft=False, compile_target=False
+            attention="sdpa",
+            target_attention="sdpa",
+            compile_draft=False,
+            compile_target=False,
+            compile_loss=False,
         )
         cpu_ok["distributed"] = "none"
         variants = [

@@ -97,10 +97,11 @@ def test_gpu_speed_settings_are_refused_on_the_cpu_before_writing(target, tmp_pa
     CPU the run stops naming them (exit 2) instead of failing inside a backward."""
     out = tmp_path / "out"
     extra = ("trainer.device=cpu", "trainer.draft_attention=flex", "trainer.compile_draft=true")
-    assert main(fast(target, out, *extra, "trainer.compile_target=true")) == 2
+    compiled = ("trainer.compile_target=true", "trainer.compile_loss=true")
+    assert main(fast(target, out, *extra, *compiled)) == 2
     err = capsys.readouterr().err
     assert "trainer.draft_attention=flex" in err and "trainer.compile_draft=true" in err
-    assert "trainer.compile_target=true" in err
+    assert all(flag in err for flag in compiled)
     assert not (out / "checkpoints").exists() and not (out / "final").exists()
     with pytest.raises(BadConfig, match=r"trainer\.target_attention"):
         compose_config(["+experiment=tiny", "trainer.target_attention=flash"])

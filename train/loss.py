@@ -30,6 +30,7 @@ outside the draft vocab counts as disagreement in L1.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -83,23 +84,28 @@ def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
-@torch.no_grad()
-def _teacher_probs(teacher_h, w_teacher, sel, softcap=None, greedy=False):
+def _teacher_probs_of(teacher_h, w_teacher, sel, softcap=None, greedy=False):
     """teacher_h [c, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c], top):
     with `greedy`, top [c] is the draft id of the teacher's argmax over the FULL vocab (-1 where it
     lies outside the draft vocab), else None. `softcap`: the target's final-logit soft cap
-    (Gemma), applied to the teacher logits only."""
+    (Gemma), applied to the teacher logits only. No timing mark: `torch.compile` traces it."""
+    z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
+    p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
+    p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
+    top = None
+    if greedy:
+        best_sel = p_t_sel.max(-1)
+        top = best_sel.indices
+        if sel is not None:  # a reduced vocab: is the full-vocab best among its ids?
+            top = torch.where(best_sel.values >= p_t.max(-1).values, top, -1)
+    return p_t_sel, 1.0 - p_t_sel.sum(-1), top  # outside: the mass the draft cannot express
+
+
+@torch.no_grad()
+def _teacher_probs(teacher_h, w_teacher, sel, softcap=None, greedy=False):
+    """`_teacher_probs_of` under the "teacher_logits" timing mark."""
     with phase("teacher_logits"):
-        z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
-        p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
-        p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
-        top = None
-        if greedy:
-            best_sel = p_t_sel.max(-1)
-            top = best_sel.indices
-            if sel is not None:  # a reduced vocab: is the full-vocab best among its ids?
-                top = torch.where(best_sel.values >= p_t.max(-1).values, top, -1)
-        return p_t_sel, 1.0 - p_t_sel.sum(-1), top  # outside: the mass the draft cannot express
+        return _teacher_probs_of(teacher_h, w_teacher, sel, softcap, greedy)
 
 
 def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None, greedy=False):
@@ -191,6 +197,40 @@ def vocab_terms(
     return _cat(ces, like, like.dtype), _cat(l1s, like, like.dtype), _cat(agrees, like, torch.bool)
 
 
+def _fused_chunk(
+    x, w, teacher_h, w_teacher, sel, softcap, labels_d, coef_ce, coef_l1, greedy, teacher=None
+):
+    """One chunk of `_FusedVocabLoss`: x = hu rows [c, H+r], w the fused head [Vd, H+r] ->
+    (g = dS/d logits [c, Vd] in x's dtype, ce [c], l1 [c], agree [c] or None). `teacher`:
+    the teacher-probability function, by default the timed `_teacher_probs`; the compiled
+    chunk (`compiled_fused_chunk`) takes `_teacher_probs_of`, which has no timing mark, so
+    `torch.compile` traces the chunk whole."""
+    teacher = teacher or _teacher_probs
+    logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
+    p = logp.exp()
+    p_t_sel, outside, top = teacher(teacher_h, w_teacher, sel, softcap, greedy)
+    sign = torch.sign(p - p_t_sel)
+    l1 = (p - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
+    lab = labels_d.clamp(min=0).unsqueeze(1)
+    ce = -logp.gather(1, lab).squeeze(1)
+    cc, cl = coef_ce.to(p.dtype), coef_l1.to(p.dtype)
+    # d S / d logits: L1 part p * (s - <s, p>), CE part p - onehot(label).
+    g = p * (sign - (sign * p).sum(-1, keepdim=True)) * cl.unsqueeze(1)
+    g = g + p * cc.unsqueeze(1)
+    g = g.scatter_add(1, lab, -cc.unsqueeze(1))
+    return g.to(x.dtype), ce, l1, greedy_agreement(logp, top) if greedy else None
+
+
+@functools.cache
+def compiled_fused_chunk(backend: str = "inductor"):
+    """`_fused_chunk` under `torch.compile` (`trainer.compile_loss`): the elementwise passes
+    over each [chunk, vocab] tensor (upcast, softmax, index_select, sign, |p - q|, the gradient)
+    fuse into a few kernels. Shapes are static except the last chunk's (one more compile); the
+    teacher logits are not timed apart there."""
+    chunk = functools.partial(_fused_chunk, teacher=_teacher_probs_of)
+    return torch.compile(chunk, backend=backend, fullgraph=True, dynamic=False)
+
+
 class _FusedVocabLoss(torch.autograd.Function):
     """S = sum_rows(coef_ce * ce + coef_l1 * l1) over `chunk` rows at a time, its gradient with
     respect to hu [M, H+r] and markov_w2 [Vd, r] formed in the forward pass (module docstring).
@@ -212,6 +252,7 @@ class _FusedVocabLoss(torch.autograd.Function):
         chunk,
         softcap,
         greedy,
+        chunk_fn,
     ):
         r = 0 if w_markov is None else w_markov.shape[1]
         ghu = torch.empty_like(hu)
@@ -229,21 +270,18 @@ class _FusedVocabLoss(torch.autograd.Function):
         w = w_fused.to(hu.dtype)
         for s in range(0, hu.shape[0], chunk):
             x = hu[s : s + chunk]
-            logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
-            p = logp.exp()
-            p_t_sel, outside, top = _teacher_probs(
-                teacher_h[s : s + chunk], w_teacher, sel, softcap, greedy
+            g, ce, l1, agree = chunk_fn(
+                x,
+                w,
+                teacher_h[s : s + chunk],
+                w_teacher,
+                sel,
+                softcap,
+                labels_d[s : s + chunk],
+                coef_ce[s : s + chunk],
+                coef_l1[s : s + chunk],
+                greedy,
             )
-            sign = torch.sign(p - p_t_sel)
-            l1 = (p - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
-            lab = labels_d[s : s + chunk].clamp(min=0).unsqueeze(1)
-            ce = -logp.gather(1, lab).squeeze(1)
-            cc, cl = coef_ce[s : s + chunk].to(p.dtype), coef_l1[s : s + chunk].to(p.dtype)
-            # d S / d logits: L1 part p * (s - <s, p>), CE part p - onehot(label).
-            g = p * (sign - (sign * p).sum(-1, keepdim=True)) * cl.unsqueeze(1)
-            g += p * cc.unsqueeze(1)
-            g.scatter_add_(1, lab, -cc.unsqueeze(1))
-            g = g.to(hu.dtype)
             ghu[s : s + chunk] = g @ w
             if gw2 is not None:
                 gw2 += (g.T @ x[:, x.shape[1] - r :]).to(gw2.dtype)
@@ -251,7 +289,7 @@ class _FusedVocabLoss(torch.autograd.Function):
             ces.append(ce)
             l1s.append(l1)
             if greedy:
-                agrees.append(greedy_agreement(logp, top))
+                agrees.append(agree)
         ce_all = _cat(ces, hu, torch.float32)
         l1_all = _cat(l1s, hu, torch.float32)
         agree_all = _cat(agrees, hu, torch.bool)
@@ -267,14 +305,22 @@ class _FusedVocabLoss(torch.autograd.Function):
         d_w2 = None
         if gw2 is not None and ctx.needs_input_grad[1]:
             d_w2 = (gw2 * g_total.to(gw2.dtype)).to(ctx.w_markov_dtype)
-        return d_hu, d_w2, *([None] * 10)
+        return d_hu, d_w2, *([None] * 11)
 
 
 def fused_vocab_loss(
-    model, rows: KeptRows, teacher_lm_head, coef_ce, coef_l1, chunk: int, greedy=False
+    model,
+    rows: KeptRows,
+    teacher_lm_head,
+    coef_ce,
+    coef_l1,
+    chunk: int,
+    greedy=False,
+    compiled=False,
 ):
     """-> (S with gradient, ce [M], l1 [M], agree [M] or None); S = sum(coef_ce * ce + coef_l1 *
-    l1); agree (`greedy`): see _chunk_terms."""
+    l1); agree (`greedy`): see _chunk_terms. `compiled`: each chunk through
+    `compiled_fused_chunk()`."""
     w_markov = model.markov_head.markov_w2.weight if model.markov_head is not None else None
     with torch.no_grad():
         w_fused = model.fused_head_weight()
@@ -291,6 +337,7 @@ def fused_vocab_loss(
         chunk,
         model.config.target_logit_softcap,
         greedy,
+        compiled_fused_chunk() if compiled else _fused_chunk,
     )
     return (*out[:3], out[3] if greedy else None)
 
@@ -306,8 +353,10 @@ def distill_loss(
     chunk_tokens: int = 1024,
     confidence_detach: bool = True,
     vocab_grad: str = "fused",
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work."""
+    """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work.
+    `compiled` (`trainer.compile_loss`): the fused path's chunks through `torch.compile`."""
     if vocab_grad not in VOCAB_GRAD_MODES:
         raise ValueError(f"vocab_grad={vocab_grad!r}: choose one of {VOCAB_GRAD_MODES}")
     rows = kept_rows(model, fo, tg, teacher_final)
@@ -321,7 +370,7 @@ def distill_loss(
         coef_ce = weights[0] * wce / dens["ce"].clamp(min=1e-9)
         coef_l1 = weights[1] * wmask / dens["l1"].clamp(min=1e-9)
         fused, ce, l1, agree = fused_vocab_loss(
-            model, rows, teacher_lm_head, coef_ce, coef_l1, chunk_tokens, greedy
+            model, rows, teacher_lm_head, coef_ce, coef_l1, chunk_tokens, greedy, compiled
         )
     else:
         ce, l1, agree = vocab_terms(

@@ -13,7 +13,7 @@ from train.phases import phase
 
 
 class DistillObjective(nn.Module):
-    def __init__(self, draft: DSparkDraftModel, loss_cfg):
+    def __init__(self, draft: DSparkDraftModel, loss_cfg, compile_loss: bool = False):
         super().__init__()
         self.draft = draft
         self.weights = (loss_cfg.ce_weight, loss_cfg.l1_weight, loss_cfg.bce_weight)
@@ -22,6 +22,7 @@ class DistillObjective(nn.Module):
         # How the vocab-sized part gets its gradient (train.loss.VOCAB_GRAD_MODES); benchmarks
         # switch it to measure the two against each other.
         self.vocab_grad = "fused"
+        self.compile_loss = compile_loss  # trainer.compile_loss (train.loss.compiled_fused_chunk)
 
     def forward(
         self,
@@ -55,6 +56,7 @@ class DistillObjective(nn.Module):
                 chunk_tokens=self.chunk_tokens,
                 confidence_detach=self.confidence_detach,
                 vocab_grad=self.vocab_grad,
+                compiled=self.compile_loss,
             )
 
 

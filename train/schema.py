@@ -126,6 +126,7 @@ class TrainerCfg:
     target_attention: str = "sdpa"  # the target's document-causal mask: sdpa | flex
     compile_draft: bool = False  # torch.compile each draft layer
     compile_target: bool = False  # torch.compile each target decoder layer (forward only)
+    compile_loss: bool = False  # torch.compile the fused loss's [chunk, vocab] passes
 
 
 @dataclass

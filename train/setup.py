@@ -84,12 +84,15 @@ def load_target(tcfg, device: torch.device):
 
 def apply_speed_settings(tcfg, draft, target, device: torch.device) -> None:
     """`trainer.draft_attention`, `trainer.target_attention`, `trainer.compile_draft` and
-    `trainer.compile_target` onto the models before training. GPU only: there is no
-    flex-attention backward on the CPU, and compiling was measured only on the GPU
+    `trainer.compile_target` onto the models before training; `trainer.compile_loss` is applied
+    by `DistillObjective` and only checked here. GPU only: there is no flex-attention backward
+    on the CPU, and compiling was measured only on the GPU
     (scripts/bench_train_scale.py, docs/benchmarks.md "The trainer at Qwen3-8B shape"). A target
     left on flex by an earlier call goes back to sdpa."""
     attention = {k: tcfg.get(k, "sdpa") for k in ("draft_attention", "target_attention")}
-    compiled = {k: bool(tcfg.get(k, False)) for k in ("compile_draft", "compile_target")}
+    compiled = {
+        k: bool(tcfg.get(k, False)) for k in ("compile_draft", "compile_target", "compile_loss")
+    }
     gpu_only = [f"trainer.{k}=flex" for k, v in attention.items() if v == "flex"]
     gpu_only += [f"trainer.{k}=true" for k, v in compiled.items() if v]
     if device.type != "cuda" and gpu_only:

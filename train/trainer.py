@@ -78,7 +78,7 @@ class Trainer:
             raise SetupError(f"trainer.max_bad_batches={tc.max_bad_batches}: must be >= 0")
         self.capture = TargetCapture(target, draft.config.target_layer_ids, check_finite=True)
         self.teacher_head = target_head_weights(target)[1]
-        objective = DistillObjective(draft, cfg.loss)
+        objective = DistillObjective(draft, cfg.loss, tc.get("compile_loss", False))
         params = [p for p in objective.parameters() if p.requires_grad]
         o = cfg.optim
         opt = torch.optim.AdamW(

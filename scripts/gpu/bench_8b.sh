@@ -26,9 +26,9 @@ stage() {  # stage NAME SECONDS CMD...: run in its own process group, killed who
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/device.txt"
 if [ "$PART" != vllm ]; then
-stage train_qwen3_8b 300 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
+stage train_qwen3_8b 360 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
   step8b --shape qwen3_8b --keep-going
-stage train_smollm2 150 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
+stage train_smollm2 240 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
   step8b --shape smollm2_135m --steps 5 --keep-going --profile-dir "$OUT/train_smollm2_profile"
 fi
 if [ "$PART" != train ]; then
