@@ -196,6 +196,26 @@ def test_compiled_loss_chunks_match_the_naive_reference():
         assert torch.allclose(sums[True][k], sums[False][k], rtol=1e-9, atol=1e-12), k
 
 
+def test_compiled_loss_chunk_compiles_twice_whatever_the_row_counts():
+    """The kept rows change every step, so the last chunk's length does: the compiled chunk must
+    not recompile per step (the first other length makes its row count dynamic)."""
+    from torch._dynamo.testing import CompileCounter
+
+    from train.loss import compiled_fused_chunk
+
+    torch._dynamo.reset()  # forget row counts seen as dynamic by earlier tests' compiles
+    counter = CompileCounter()
+    chunk = compiled_fused_chunk(counter)
+    torch.manual_seed(0)
+    w, wt = torch.randn(30, 12), torch.randn(48, 8)
+    sel = torch.randperm(48)[:30].sort().values
+    for rows in (16, 5, 11, 16, 3, 9):
+        x, th = torch.randn(rows, 12), torch.randn(rows, 8)
+        labels, cc, cl = torch.randint(-1, 30, (rows,)), torch.rand(rows), torch.rand(rows)
+        chunk(x, w, th, wt, sel, None, labels, cc, cl, False)
+    assert counter.frame_count == 2
+
+
 def test_fused_gradient_differs_when_a_term_is_dropped():
     """Negative control: the comparison above would catch a missing L1 gradient."""
     m, ids, lm, aux, final, head, anchors, valid = setup(True)

@@ -225,10 +225,12 @@ def _fused_chunk(
 def compiled_fused_chunk(backend: str = "inductor"):
     """`_fused_chunk` under `torch.compile` (`trainer.compile_loss`): the elementwise passes
     over each [chunk, vocab] tensor (upcast, softmax, index_select, sign, |p - q|, the gradient)
-    fuse into a few kernels. Shapes are static except the last chunk's (one more compile); the
-    teacher logits are not timed apart there."""
+    fuse into a few kernels. The kept rows, and so the last chunk's length, change every step:
+    the first call compiles for its shape and the first other length recompiles once with a
+    dynamic row count (torch.compile's default), never once per step. The teacher logits are
+    not timed apart here."""
     chunk = functools.partial(_fused_chunk, teacher=_teacher_probs_of)
-    return torch.compile(chunk, backend=backend, fullgraph=True, dynamic=False)
+    return torch.compile(chunk, backend=backend, fullgraph=True)
 
 
 class _FusedVocabLoss(torch.autograd.Function):
