@@ -112,6 +112,41 @@ def test_chunking_changes_neither_loss_nor_gradients():
         assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-10, atol=1e-12), k
 
 
+def gradients(m, ids, lm, aux, final, head, anchors, valid, mode) -> dict:
+    """Loss and parameter gradients through the float64 loop (`mode` "naive") or distill_loss
+    chunked at 3 rows: vocab_grad `mode`, or "compiled" (the fused path through torch.compile).
+    The naive loop backprops BCE into the backbone too, so the confidence is not detached."""
+    m.zero_grad()
+    fo = m.forward_train(aux, ids, anchors, valid)
+    tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    if mode == "naive":
+        loss = naive_loss(m, fo, tg, final, head, ids)
+    else:
+        compiled = mode == "compiled"
+        loss, _ = distill_loss(
+            m,
+            fo,
+            tg,
+            final,
+            head,
+            tg.dens(),
+            chunk_tokens=3,
+            vocab_grad="fused" if compiled else mode,
+            confidence_detach=False,
+            compiled=compiled,
+        )
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    return {**grads, "loss": loss.detach()}
+
+
+def assert_same_gradients(got: dict, ref: dict) -> None:
+    assert got.keys() == ref.keys()
+    for k, r in ref.items():
+        assert torch.allclose(got[k], r, rtol=1e-9, atol=1e-11), k
+        assert k == "loss" or r.abs().max() > 0, k  # every compared gradient is informative
+
+
 @pytest.mark.parametrize("softcap", [None, 0.5], ids=["no-cap", "softcap"])
 @pytest.mark.parametrize("reduced", [False, True])
 @pytest.mark.parametrize("mode", ["fused", "checkpoint"])
@@ -120,70 +155,24 @@ def test_vocab_grad_modes_match_naive_reference_gradients(reduced, mode, rank, s
     """Both gradient paths of the vocab-sized part against autograd through the float64
     per-token loop (and the fused path's closed form against autograd, chunked at 3 rows), with
     and without a soft-capped teacher (a cap small enough to change these logits)."""
-    m, ids, lm, aux, final, head, anchors, valid = setup(reduced, markov_rank=rank)
-    m.config.target_logit_softcap = softcap
-    grads = {}
-    for name in ("naive", mode):
-        m.zero_grad()
-        fo = m.forward_train(aux, ids, anchors, valid)
-        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
-        if name == "naive":
-            loss = naive_loss(m, fo, tg, final, head, ids)
-        else:
-            loss, _ = distill_loss(  # the naive loop backprops BCE into the backbone too
-                m,
-                fo,
-                tg,
-                final,
-                head,
-                tg.dens(),
-                chunk_tokens=3,
-                vocab_grad=mode,
-                confidence_detach=False,
-            )
-        loss.backward()
-        grads[name] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
-        grads[name]["loss"] = loss.detach()
-    assert grads["naive"].keys() == grads[mode].keys()
-    assert ("markov_head.markov_w2.weight" in grads[mode]) == (rank > 0)
-    assert "fc.weight" in grads[mode]
-    for k, ref in grads["naive"].items():
-        assert torch.allclose(grads[mode][k], ref, rtol=1e-9, atol=1e-11), k
-        assert k == "loss" or ref.abs().max() > 0, k  # every compared gradient is informative
+    data = setup(reduced, markov_rank=rank)
+    data[0].config.target_logit_softcap = softcap
+    got = gradients(*data, mode)
+    assert ("markov_head.markov_w2.weight" in got) == (rank > 0)
+    assert "fc.weight" in got
+    assert_same_gradients(got, gradients(*data, "naive"))
 
 
 def test_compiled_loss_chunks_match_the_naive_reference():
     """`trainer.compile_loss`: the fused path's chunks through torch.compile (Inductor, one
     graph each: fullgraph) give the float64 loop's loss and gradients, on the configuration
     that exercises every branch (reduced vocab, Markov head, soft-capped teacher; 3-row chunks,
-    so a shorter last chunk compiles too), and the greedy agreement of the eager path."""
-    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    so a shorter last chunk too), and the eager path's metrics, greedy agreement included."""
+    data = setup(True)
+    m, ids, lm, aux, final, head, anchors, valid = data
     m.config.target_logit_softcap = 0.5
-    grads, sums = {}, {}
-    for name in ("naive", "compiled"):
-        m.zero_grad()
-        fo = m.forward_train(aux, ids, anchors, valid)
-        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
-        if name == "naive":
-            loss = naive_loss(m, fo, tg, final, head, ids)
-        else:
-            loss, _ = distill_loss(
-                m,
-                fo,
-                tg,
-                final,
-                head,
-                tg.dens(),
-                chunk_tokens=3,
-                compiled=True,
-                confidence_detach=False,
-            )
-        loss.backward()
-        grads[name] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
-        grads[name]["loss"] = loss.detach()
-    assert grads["naive"].keys() == grads["compiled"].keys()
-    for k, ref in grads["naive"].items():
-        assert torch.allclose(grads["compiled"][k], ref, rtol=1e-9, atol=1e-11), k
+    assert_same_gradients(gradients(*data, "compiled"), gradients(*data, "naive"))
+    sums = {}
     with torch.no_grad():  # evaluation: the greedy branch, compiled and eager
         fo = m.forward_train(aux, ids, anchors, valid)
         tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
