@@ -4,9 +4,10 @@
         --prompts sharegpt=FILE humaneval=FILE [--out FILE]
 
 Rebuilds the gate's prompts exactly as scripts/gpu/vllm_vs_engine.py did (same files, count and
-length cap), then runs its `partings` on the engine's T=0 outputs against HF's greedy ones and on
-vLLM DSpark's against vLLM's target-only run: for a report written before the gate kept the
-first, or to check the second off the GPU. Prints and writes (--out) both lists.
+length cap), then runs its `greedy_partings`: the engine's T=0 outputs against HF's greedy ones
+and vLLM DSpark's against vLLM's target-only run, for a report written before the gate kept the
+first, or to check the second off the GPU. Prints and writes (--out) both lists, under the
+report's own keys.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.eval_acceptance import parse_prompt_files  # noqa: E402
-from scripts.gpu.vllm_vs_engine import partings, prompts_of  # noqa: E402
+from scripts.gpu.vllm_vs_engine import greedy_partings, prompts_of  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -36,16 +37,8 @@ def main(argv=None) -> int:
     prompts = prompts_of(a.target, a.num_prompts, files, a.max_prompt_tokens)
     if len(prompts) != r["num_prompts"]:
         raise SystemExit(f"{len(prompts)} prompts rebuilt, the report has {r['num_prompts']}")
-    out = {
-        "report": str(a.report),
-        "engine_vs_hf": partings(
-            r["engine"]["0.0"]["outputs"], r["hf_greedy"], prompts, a.target, "cpu"
-        ),
-        "vllm_vs_target_only": partings(
-            r["vllm"]["0.0"]["outputs"], r["vllm"]["target_only_greedy"], prompts, a.target, "cpu"
-        ),
-    }
-    for name in ("engine_vs_hf", "vllm_vs_target_only"):
+    out = {"report": str(a.report), **greedy_partings(r, prompts, a.target, "cpu")}
+    for name in ("engine_greedy_partings", "vllm_greedy_partings"):
         for p in out[name]:
             print(name, json.dumps(p))
     if a.out:

@@ -34,8 +34,8 @@ def test_rescoring_finds_the_planted_parting(target, tmp_path):
     args = [str(path), "--target", str(target), "--num-prompts", "2"]
     assert main([*args, "--prompts", f"chat={heldout}", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
-    assert got["vllm_vs_target_only"] == []
-    (p,) = got["engine_vs_hf"]
+    assert got["vllm_greedy_partings"] == []
+    (p,) = got["engine_greedy_partings"]
     assert (p["prompt"], p["step"], p["fp64_argmax"], p["base_deficit"]) == (1, 2, greedy[1][2], 0)
     assert p["spec_deficit"] == pytest.approx(float(logits.max() - logits.topk(2).values[1]))
     # Prompts that do not rebuild the report's are refused, not re-scored against the wrong text.

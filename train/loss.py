@@ -198,14 +198,23 @@ def vocab_terms(
 
 
 def _fused_chunk(
-    x, w, teacher_h, w_teacher, sel, softcap, labels_d, coef_ce, coef_l1, greedy, teacher=None
+    x,
+    w,
+    teacher_h,
+    w_teacher,
+    sel,
+    softcap,
+    labels_d,
+    coef_ce,
+    coef_l1,
+    greedy,
+    teacher=_teacher_probs,
 ):
     """One chunk of `_FusedVocabLoss`: x = hu rows [c, H+r], w the fused head [Vd, H+r] ->
     (g = dS/d logits [c, Vd] in x's dtype, ce [c], l1 [c], agree [c] or None). `teacher`:
-    the teacher-probability function, by default the timed `_teacher_probs`; the compiled
+    the teacher-probability function, the timed `_teacher_probs` by default; the compiled
     chunk (`compiled_fused_chunk`) takes `_teacher_probs_of`, which has no timing mark, so
     `torch.compile` traces the chunk whole."""
-    teacher = teacher or _teacher_probs
     logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
     p = logp.exp()
     p_t_sel, outside, top = teacher(teacher_h, w_teacher, sel, softcap, greedy)

@@ -322,6 +322,21 @@ def compare_acceptance(a: dict, b: dict, alpha: float, power: float = 0.8) -> li
     return rows
 
 
+def greedy_partings(report: dict, prompts, target: str, device: str) -> dict:
+    """Both greedy comparisons the gate checks, from a report's outputs: vLLM DSpark against
+    vLLM's target-only run, and the engine against HF's `generate`. Raw outputs: the engine
+    stops at a stop id and HF's batch pads after it, so `partings`' zip ends there."""
+    v = report["vllm"]
+    return {
+        "vllm_greedy_partings": partings(
+            v["0.0"]["outputs"], v["target_only_greedy"], prompts, target, device
+        ),
+        "engine_greedy_partings": partings(
+            report["engine"]["0.0"]["outputs"], report["hf_greedy"], prompts, target, device
+        ),
+    }
+
+
 def greedy_bound(parts: list[dict], tie_tol: float) -> float:
     """How far below the float64 argmax a greedy pick may be: `tie_tol`, or more where the
     reference run (the base of `partings`) itself picked further below it (its rounding)."""
@@ -329,7 +344,8 @@ def greedy_bound(parts: list[dict], tie_tol: float) -> float:
 
 
 def within_rounding(parts: list[dict], tie_tol: float) -> bool:
-    return all(p["spec_deficit"] <= greedy_bound(parts, tie_tol) for p in parts)
+    bound = greedy_bound(parts, tie_tol)
+    return all(p["spec_deficit"] <= bound for p in parts)
 
 
 def gate(report: dict, stops: set[int], args) -> dict:
@@ -437,13 +453,7 @@ def main(argv=None) -> int:
     }
     report["engine"] = run_engine(a.target, a.draft, prompts, a, report["vllm"])
     vllm_runs = report["vllm"]  # raw outputs: both stop the same way, so a stop id is a pick
-    report["vllm_greedy_partings"] = partings(
-        vllm_runs["0.0"]["outputs"], vllm_runs["target_only_greedy"], prompts, a.target, a.device
-    )
-    # Raw outputs: the engine stops at a stop id, HF's batch pads after it, so `zip` ends there.
-    report["engine_greedy_partings"] = partings(
-        report["engine"]["0.0"]["outputs"], report["hf_greedy"], prompts, a.target, a.device
-    )
+    report.update(greedy_partings(report, prompts, a.target, a.device))
     for p in report["vllm_greedy_partings"]:
         print("vLLM DSpark vs target-only greedy part:", json.dumps(p))
     for p in report["engine_greedy_partings"]:
