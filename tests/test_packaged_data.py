@@ -72,6 +72,27 @@ def test_roles_normalised_and_turns_first():
     assert first["a_0"] == rows["a_0"][:2] and first["b_0"] == rows["b_0"]
 
 
+def test_turns_each_gives_a_row_per_answer_and_keeps_the_first_rows_ids():
+    text = _truncated_text(GOOD)
+    rows = sharegpt_splits(text, heldout_fraction=0.0)[0]["train"]
+    whole = {r["id"]: r["messages"] for r in rows}
+    first = sharegpt_splits(text, turns="first", heldout_fraction=0.0)[0]["train"]
+    each = sharegpt_splits(text, turns="each", heldout_fraction=0.0)[0]["train"]
+    assert [r["id"] for r in each] == ["a_0", "a_0#1", "b_0", "c_0", "c_0#1", "d_0", "e_0"]
+    assert [r for r in each if "#" not in r["id"]] == first  # answers regenerated for `first` fit
+    later = sharegpt_splits(text, turns="later", heldout_fraction=0.0)[0]["train"]
+    assert later == [r for r in each if "#" in r["id"]]
+    for row in each:
+        base = row["id"].split("#")[0]
+        assert row["messages"] == whole[base][: len(row["messages"])]  # a prefix of the chat
+        assert row["messages"][-1]["role"] == "assistant"
+    assert each[1]["messages"] == whole["a_0"] and each[4]["messages"] == whole["c_0"]
+    # one side of the split per conversation, whatever its number of rows
+    splits, _ = sharegpt_splits(text, turns="each", heldout_fraction=0.5, seed=3)
+    sides = {side: {r["id"].split("#")[0] for r in rows} for side, rows in splits.items()}
+    assert not sides["train"] & sides["heldout"] and sides["train"] | sides["heldout"] == set(whole)
+
+
 def test_closed_array_has_no_tail_and_corruption_is_an_error():
     _, report = sharegpt_splits(_truncated_text(GOOD, tail=False))
     assert "truncated_tail" not in report.to_dict()["dropped"]

