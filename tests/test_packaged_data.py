@@ -175,6 +175,11 @@ def test_prepare_data_cli_writes_gzip_that_load_rows_reads(sharegpt_file, tmp_pa
     train = load_rows(str(out / "sharegpt-train.jsonl.gz"))
     assert len(train) == report["splits"]["train"] and "messages" in train.column_names
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+    later = tmp_path / "later"
+    argv = ["sharegpt", "--out", str(later), "--file", str(sharegpt_file), "--turns", "later"]
+    assert prepare_data_main([*argv, "--heldout-fraction", "0.1"]) == 0
+    rows = [json.loads(line) for line in (later / "sharegpt-train.jsonl").open()]
+    assert rows and all("#" in r["id"] and r["messages"][-1]["role"] == "assistant" for r in rows)
     he, _ = _humaneval_gz(tmp_path / "he.jsonl.gz")
     assert prepare_data_main(["humaneval", "--out", str(out), "--file", str(he)]) == 0
     assert len(load_rows(str(out / "humaneval-heldout.jsonl"))) == 2

