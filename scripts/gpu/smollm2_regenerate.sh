@@ -48,17 +48,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$RESTORE_ONLY" ] && SERIES=none
-case "$SERIES" in
-  none) ;;
-  0.26) wait_for_vllm ;;
-  0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 ;;
-  *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;;
-esac
-# vLLM's engine core in a process of its own (its default; env.sh's wait_for_vllm keeps it in
-# process for readable tracebacks): at 512 running requests the step loop is bound by the host
-# (16.9k answer tokens/s with CUDA graphs vs about 15k eager, 2026-12-04), and in one process the
-# loop also builds every step's outputs.
-unset VLLM_ENABLE_V1_MULTIPROCESSING
+case "$SERIES" in none|0.26|0.34) ;; *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;; esac
 D=artifacts/smollm2-data ALL=artifacts/smollm2-data/all.$TAG.jsonl
 if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
   cat /tmp/carry/smollm2_$TAG.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$ALL) answers"
@@ -91,6 +81,16 @@ with open(f"{D}/prompts.jsonl", "w") as out:
 print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
       f"{os.environ['REGEN_SAMPLES']} answers per train prompt")
 PY
+# vLLM only now: the prompt file above (a minute for the later turns) is built while it arrives.
+case "$SERIES" in
+  0.26) wait_for_vllm ;;
+  0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 ;;
+esac
+# vLLM's engine core in a process of its own (its default; env.sh's wait_for_vllm keeps it in
+# process for readable tracebacks): at 512 running requests the step loop is bound by the host
+# (16.9k answer tokens/s with CUDA graphs vs about 15k eager, 2026-12-04), and in one process the
+# loop also builds every step's outputs.
+unset VLLM_ENABLE_V1_MULTIPROCESSING
 [ -n "$RESTORE_ONLY" ] || python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
   --out $ALL --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" --top-p 0.8 --max-new-tokens 512 \
   --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
