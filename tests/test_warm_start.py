@@ -14,8 +14,9 @@ from common.model import DSparkDraftModel
 from common.target import target_head_weights
 from tests.test_distill import fast
 from train.distill import main
+from train.schema import OptimCfg
 from train.setup import SetupError
-from train.warm_start import warm_start
+from train.warm_start import MIN_WARMUP_STEPS, warm_start, warmup_note
 
 VOCAB = "draft.draft_vocab_size=40"
 
@@ -61,7 +62,7 @@ def test_warm_start_copies_every_tensor_of_the_export(target, run, request):
 
 
 def test_a_run_from_an_export_starts_at_its_acceptance_and_keeps_its_vocab_map(
-    target, first, tmp_path
+    target, first, tmp_path, capsys
 ):
     # Other data than the first run's (held-out rows as train rows): its own counts would give
     # another draft -> target map, but the export's map comes with the export's lm_head rows.
@@ -69,6 +70,7 @@ def test_a_run_from_an_export_starts_at_its_acceptance_and_keeps_its_vocab_map(
     other = f"data.train={target}/data/heldout.jsonl"
     args = fast(target, out, VOCAB, other, f"init_from={first}/final", "trainer.max_steps=2")
     assert main(args) == 0
+    assert "init_from with a 1-step warm-up" in capsys.readouterr().out  # 2 steps: the note
     before = json.loads((first / "summary.json").read_text())
     after = json.loads((out / "summary.json").read_text())
     # Held-out CE against the teacher (this random target's near-uniform distributions leave
@@ -102,3 +104,11 @@ def test_warm_start_names_a_missing_folder():
     draft = DSparkDraftModel.__new__(DSparkDraftModel)
     with pytest.raises(SetupError, match="no config.json or model.safetensors"):
         warm_start(draft, "/nonexistent/draft", torch.zeros(1), torch.zeros(1))
+
+
+def test_a_short_warm_up_after_init_from_draws_a_note():
+    optim = OptimCfg(warmup_ratio=0.04)
+    assert warmup_note(optim, round(MIN_WARMUP_STEPS / 0.04)) is None  # 20 steps: enough
+    note = warmup_note(optim, 400)
+    assert note and "16-step warm-up" in note and "optim.warmup_ratio=0.04 of 400 steps" in note
+    assert warmup_note(OptimCfg(warmup_ratio=0.5), 40) is None

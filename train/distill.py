@@ -35,7 +35,7 @@ from train.setup import (
 )
 from train.state import latest_checkpoint
 from train.trainer import Trainer
-from train.warm_start import warm_start
+from train.warm_start import warm_start, warmup_note
 
 
 def check_output_dir(cfg) -> Path:
@@ -98,6 +98,9 @@ def run(cfg) -> dict:
         embed.float(), head.float(), *((vmap.d2t, vmap.t2d) if vmap is not None else ())
     )
     init_from = warm_start(draft, cfg.init_from, embed, head) if cfg.init_from else None
+    note = warmup_note(cfg.optim, cfg.trainer.max_steps) if init_from else None
+    if note:
+        acc.print(note)
     apply_speed_settings(cfg.trainer, draft, target, acc.device)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     fingerprint = {

@@ -30,6 +30,11 @@ RATE_STEPS = 20
 BUDGET_SHARE = 0.97
 
 
+def warmup_steps(warmup_ratio: float, horizon: int) -> int:
+    """The warm-up of a `horizon`-step schedule, in steps (at least one)."""
+    return max(1, round(warmup_ratio * horizon))
+
+
 class _WarmupSchedule:
     """LambdaLR factor at optimizer step `step` (0-based) for a run of `horizon` steps: a linear
     warm-up over `warmup_ratio` of the horizon, then `decay(step, warmup)`. Every attribute is
@@ -41,7 +46,7 @@ class _WarmupSchedule:
         self.planned = False  # True once a time budget has set the horizon
 
     def __call__(self, step: int) -> float:
-        warmup = max(1, round(self.warmup_ratio * self.horizon))
+        warmup = warmup_steps(self.warmup_ratio, self.horizon)
         if step < warmup:
             return (step + 1) / warmup
         return self.decay(step, warmup)

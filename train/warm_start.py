@@ -22,12 +22,31 @@ import torch
 from common.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_checkpoint, read_config
 from common.model import DSparkDraftModel
 from train.package_files import sha256_file
+from train.schedule import warmup_steps
 from train.setup import SetupError
 from train.state import setting_differences
 
 # Config keys that may differ: where the target lives, free-form extras, and serving settings
 # that the weights do not depend on.
 FREE_KEYS = ("target_name_or_path", "dspark_extra", "num_speculative_tokens", "dspark_draft_topk")
+# A shorter warm-up draws a note: the optimizer starts empty, and Adam's first update moves every
+# weight by about the learning rate whatever its gradient's size. On SmolLM2 three steps with a
+# one-step warm-up took the pinned draft's held-out tau from 2.111 to 1.495, with a 160-step one
+# to 2.113 (scripts/init_from_warmup.sh; docs/benchmarks.md, "init_from and the warm-up").
+MIN_WARMUP_STEPS = 20
+
+
+def warmup_note(optim_cfg, max_steps: int) -> str | None:
+    """A warning for an init_from run whose warm-up (over `max_steps`) is under MIN_WARMUP_STEPS."""
+    warmup = warmup_steps(optim_cfg.warmup_ratio, max_steps)
+    if warmup >= MIN_WARMUP_STEPS:
+        return None
+    return (
+        f"[distill] note: init_from with a {warmup}-step warm-up (optim.warmup_ratio="
+        f"{optim_cfg.warmup_ratio} of {max_steps} steps): the optimizer starts empty and its first "
+        f"steps at the full rate can undo a trained draft; a warm-up of {MIN_WARMUP_STEPS}+ steps "
+        'keeps it (docs/benchmarks.md, "init_from and the warm-up")'
+    )
 
 
 def warm_start(
