@@ -61,20 +61,34 @@ def test_final_or_missing_layer_raises(target, bad):
         TargetCapture(target, bad)
 
 
-def test_capture_through_compiled_layers_equals_eager(ids):
+def _llama(cfg):  # SmolLM2's architecture, the same sizes
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+    keys += ("num_attention_heads", "num_key_value_heads", "max_position_embeddings")
+    return LlamaForCausalLM(LlamaConfig(**{k: getattr(cfg, k) for k in keys}))
+
+
+@pytest.mark.parametrize("arch", [Qwen3ForCausalLM, _llama], ids=["qwen3", "llama"])
+def test_capture_through_compiled_layers_equals_eager(ids, arch):
     """trainer.compile_target compiles each decoder layer before TargetCapture hooks them: the
-    compiled call must still run the hooks and give the eager states."""
+    compiled call must still run the hooks and give the eager states, packed rows included."""
     from train.setup import apply_speed_settings
 
     torch.manual_seed(0)
     cfg = tiny_target_config(64, HIDDEN, 4, 2, 1, max_position_embeddings=64)
-    model = Qwen3ForCausalLM(cfg).eval()
+    model = arch(cfg).eval()
+    packed = torch.cat([torch.arange(5), torch.arange(4)]).repeat(2, 1)  # two rows in one
     ref = TargetCapture(model, [1, 2])(ids)
+    ref_packed = TargetCapture(model, [1, 2])(ids, position_ids=packed)
     draft = type("Draft", (), {"layers": []})()
     apply_speed_settings({"compile_target": True}, draft, model, torch.device("cuda"))
     try:
         got = TargetCapture(model, [1, 2])(ids)
+        got_packed = TargetCapture(model, [1, 2])(ids, position_ids=packed)
     finally:
         apply_speed_settings({}, draft, model, torch.device("cuda"))
-    torch.testing.assert_close(got.aux, ref.aux, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(got.final, ref.final, rtol=1e-5, atol=1e-6)
+    for a, b in ((got, ref), (got_packed, ref_packed)):
+        torch.testing.assert_close(a.aux, b.aux, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a.final, b.final, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(ref_packed.final, ref.final)  # the positions reach the states
