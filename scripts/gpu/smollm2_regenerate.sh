@@ -55,32 +55,8 @@ if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
   wc -l <$ALL >$ALL.restored_rows  # smollm2_pack.sh ships the answers again only if this run added some
 fi
 [ -z "$RESTORE_ONLY" ] || [ -f $ALL ] || { echo "--restore-only: no shipped answers ($ALL)" >&2; exit 2; }
-[ -n "$RESTORE_ONLY" ] || REGEN_SAMPLES="$SAMPLES" REGEN_PROMPTS="$PROMPTS" python3 - <<'PY'  # one input file for both
-import json, os  # splits; prompts over 1536 tokens dropped (counted): prompt + 512 new fits seq_len 2048
-from transformers import AutoTokenizer
-D, P = "artifacts/smollm2-data", os.environ["REGEN_PROMPTS"]
-tok = AutoTokenizer.from_pretrained("artifacts/smollm2-135m-instruct")
-kept, dropped, rows = {}, {}, {}
-for split in ("heldout", "train"):
-    rows[split] = []
-    for line in open(f"{D}/sharegpt-{split}{P}.jsonl"):
-        row = json.loads(line)  # the prompt: all but the answer train.regenerate replaces
-        prompt = row["messages"][:-1] if row["messages"][-1]["role"] == "assistant" else row["messages"]
-        n = len(tok.apply_chat_template(prompt, add_generation_prompt=True, return_dict=True)["input_ids"])
-        if n > 1536:
-            dropped[split] = dropped.get(split, 0) + 1
-            continue
-        kept[split] = kept.get(split, 0) + 1
-        rows[split].append({**row, "split": split})
-with open(f"{D}/prompts.jsonl", "w") as out:
-    for row in rows["heldout"]:
-        out.write(json.dumps(row) + "\n")
-    for _ in range(int(os.environ["REGEN_SAMPLES"])):
-        for row in rows["train"]:
-            out.write(json.dumps(row) + "\n")
-print(f"prompts kept {kept}, dropped as longer than 1536 tokens {dropped}; "
-      f"{os.environ['REGEN_SAMPLES']} answers per train prompt")
-PY
+[ -n "$RESTORE_ONLY" ] || python3 scripts/gpu/regen_prompts.py --target artifacts/smollm2-135m-instruct \
+  --data-dir $D --suffix "$PROMPTS" --samples "$SAMPLES" --json "$OUT/regen_prompts_$TAG.json"
 # vLLM only now: the prompt file above (a minute for the later turns) is built while it arrives.
 case "$SERIES" in
   0.26) wait_for_vllm ;;

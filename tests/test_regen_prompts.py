@@ -1,0 +1,53 @@
+"""scripts/gpu/regen_prompts.py: the prompt file a device regeneration resumes row for row."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
+from regen_prompts import build, main, prompt_of  # noqa: E402
+
+
+def chat(cid, *turns):
+    roles = ("user", "assistant")
+    return {
+        "id": cid,
+        "messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)],
+    }
+
+
+def write(path: Path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_prompts_are_heldout_once_then_train_per_sample_and_long_ones_dropped(target, tmp_path):
+    tok = AutoTokenizer.from_pretrained(target)
+    write(tmp_path / "sharegpt-heldout.later.jsonl", [chat("h#1", "q", "a", "q2", "a2")])
+    long = " ".join(["word"] * 400)
+    train = [chat("t#1", "q", "a", "q2", "a2"), chat("t#2", long, "a", "q2", "a2")]
+    write(tmp_path / "sharegpt-train.later.jsonl", train)
+    counts = build(tok, tmp_path, ".later", samples=2, max_tokens=64)
+    assert counts["kept"] == {"heldout": 1, "train": 1} and counts["rows_written"] == 3
+    assert counts["dropped_longer"] == {"heldout": 0, "train": 1}  # its context is too long
+    rows = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["split"]) for r in rows] == [("h#1", "heldout")] + [("t#1", "train")] * 2
+    # the prompt is everything before the answer regeneration replaces, earlier answers included
+    assert [m["content"] for m in prompt_of(rows[1])] == ["q", "a", "q2"]
+    first = build(tok, tmp_path, ".later", samples=2, max_tokens=64)
+    assert first == counts  # same files and samples: the same file, row for row
+
+
+def test_cli_writes_counts_and_refuses_no_samples(target, tmp_path, capsys):
+    for split in ("heldout", "train"):
+        write(tmp_path / f"sharegpt-{split}.jsonl", [chat(f"{split}0", "q", "a")])
+    out = tmp_path / "counts.json"
+    argv = ["--target", str(target), "--data-dir", str(tmp_path), "--json", str(out)]
+    assert main(argv) == 0
+    assert json.loads(out.read_text())["rows_written"] == 2
+    assert "prompts kept {'heldout': 1, 'train': 1}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--samples", "0"])
+    assert e.value.code == 2
