@@ -72,7 +72,7 @@ class Report:
     """Counts of what was kept and dropped, and why (printed by the CLI, saved as JSON)."""
 
     objects: int = 0  # complete objects decoded
-    kept: int = 0
+    kept: int = 0  # conversations (each gives one row, or one per answer: turns=each|later)
     dropped: Counter = field(default_factory=Counter)  # reason -> conversations
     skipped_turns: Counter = field(default_factory=Counter)  # reason -> turns
     unknown_roles: Counter = field(default_factory=Counter)  # role name -> turns
