@@ -92,3 +92,27 @@ def test_capture_through_compiled_layers_equals_eager(ids, arch):
         torch.testing.assert_close(a.aux, b.aux, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(a.final, b.final, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(ref_packed.final, ref.final)  # the positions reach the states
+
+
+def test_packed_rows_through_flex_and_compiled_layers_equal_sdpa():
+    """What a SmolLM2 run with trainer.target_attention=flex and trainer.compile_target=true feeds
+    the draft: packed documents under a flex BlockMask through compiled Llama layers give the
+    states of the dense-mask sdpa path."""
+    from train.blocks import capture_batch
+    from train.setup import apply_speed_settings
+
+    torch.manual_seed(0)
+    model = _llama(tiny_target_config(64, HIDDEN, 4, 2, 1, max_position_embeddings=64)).eval()
+    doc = torch.tensor([[0] * 5 + [1] * 4, [0] * 3 + [1] * 6])
+    pos = torch.cat([torch.arange(5), torch.arange(4), torch.arange(3), torch.arange(6)]).view(2, 9)
+    batch = {"input_ids": torch.randint(0, 64, (2, 9)), "doc_ids": doc, "position_ids": pos}
+    ref = capture_batch(TargetCapture(model, [1, 2]), batch)
+    draft = type("Draft", (), {"layers": []})()
+    settings = {"target_attention": "flex", "compile_target": True}
+    apply_speed_settings(settings, draft, model, torch.device("cuda"))
+    try:
+        got = capture_batch(TargetCapture(model, [1, 2]), batch)
+    finally:
+        apply_speed_settings({}, draft, model, torch.device("cuda"))
+    torch.testing.assert_close(got.aux, ref.aux, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.final, ref.final, rtol=1e-4, atol=1e-5)
