@@ -32,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 from serve.engine.request import SamplingParams  # noqa: E402
+from train.data.regenerate import regeneration_prompt  # noqa: E402
 
 
 def prompt_messages(row: dict) -> list[dict]:
-    """The conversation before its first assistant turn: what the target is asked to answer."""
-    msgs = row["messages"]
-    first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
-    return msgs[:first]
+    """What the target is asked to answer: the conversation without its final answer, as
+    train.regenerate sends it (a row of one answered turn: that turn; a row of later turns, e.g.
+    `turns=later`: every turn before its last answer)."""
+    return regeneration_prompt(row)
 
 
 def read_jsonl(path: str) -> list[dict]:

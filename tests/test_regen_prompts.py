@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from train.data.regenerate import regeneration_prompt
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
-from regen_prompts import build, main, prompt_of  # noqa: E402
+from regen_prompts import build, main  # noqa: E402
 
 
 def chat(cid, *turns):
@@ -35,7 +37,7 @@ def test_prompts_are_heldout_once_then_train_per_sample_and_long_ones_dropped(ta
     rows = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
     assert [(r["id"], r["split"]) for r in rows] == [("h#1", "heldout")] + [("t#1", "train")] * 2
     # the prompt is everything before the answer regeneration replaces, earlier answers included
-    assert [m["content"] for m in prompt_of(rows[1])] == ["q", "a", "q2"]
+    assert [m["content"] for m in regeneration_prompt(rows[1])] == ["q", "a", "q2"]
     first = build(tok, tmp_path, ".later", samples=2, max_tokens=64)
     assert first == counts  # same files and samples: the same file, row for row
 

@@ -217,4 +217,4 @@ def test_a_prompt_shared_by_rows_is_tokenized_once(target_dir):
     assert [i for i, _, _ in flat] == list(range(18))
     for i, msgs, ids in flat:
         own = render(msgs, add_generation_prompt=True, return_dict=True)["input_ids"]
-        assert ids == list(own) and msgs == regen._prompt(rows[i], i)
+        assert ids == list(own) and msgs == regen.regeneration_prompt(rows[i], i)

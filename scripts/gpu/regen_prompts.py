@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from train.data.regenerate import regeneration_prompt  # noqa: E402
+
 SPLITS = ("heldout", "train")  # held-out first: a cut run still holds every held-out prompt
-
-
-def prompt_of(row: dict) -> list[dict]:
-    """The messages train.regenerate sends: the row without its final assistant turn."""
-    msgs = row["messages"]
-    return msgs[:-1] if msgs and msgs[-1]["role"] == "assistant" else msgs
 
 
 def build(tokenizer, data_dir: Path, suffix: str, samples: int, max_tokens: int) -> dict:
@@ -34,7 +33,7 @@ def build(tokenizer, data_dir: Path, suffix: str, samples: int, max_tokens: int)
         for line in (data_dir / f"sharegpt-{split}{suffix}.jsonl").open(encoding="utf-8"):
             row = json.loads(line)
             ids = tokenizer.apply_chat_template(
-                prompt_of(row), add_generation_prompt=True, return_dict=True
+                regeneration_prompt(row), add_generation_prompt=True, return_dict=True
             )["input_ids"]
             if len(ids) > max_tokens:
                 dropped[split] += 1

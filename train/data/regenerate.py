@@ -84,7 +84,9 @@ def _done_rows(out_path: str, sampling: dict) -> set[int]:
     return done
 
 
-def _prompt(row, index: int) -> list[dict]:
+def regeneration_prompt(row, index: int = 0) -> list[dict]:
+    """What the target is asked to answer: the row's messages without a final assistant turn
+    (all of them when the row has none). `index` names the row in a BadRowError."""
     content = normalize_row(row, index, need_assistant=False)
     if isinstance(content, str):
         raise BadRowError(index, "a plain `text` row has no assistant turn to regenerate")
@@ -103,7 +105,7 @@ def _chunks(rows, batch_size, tokenizer, template_kwargs, on_bad_row):
         chunk = []
         for i in range(start, min(start + batch_size, len(rows))):
             try:
-                msgs = _prompt(rows[i], i)
+                msgs = regeneration_prompt(rows[i], i)
             except BadRowError as e:
                 if on_bad_row != "skip":
                     raise
