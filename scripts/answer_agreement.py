@@ -30,11 +30,11 @@ from common.target import TargetCapture  # noqa: E402
 from scripts.eval_acceptance import (  # noqa: E402
     add_runtime_args,
     parse_runtime_args,
-    prompt_messages,
     read_jsonl,
 )
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
+from train.data.regenerate import regeneration_prompt  # noqa: E402
 
 
 @torch.no_grad()
@@ -70,7 +70,7 @@ def first_tokens(hits: torch.Tensor, n: int) -> torch.Tensor:
 def rows_as_pairs(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
     pairs = []
     for row in rows:
-        asked = prompt_messages(row)
+        asked = regeneration_prompt(row)
         reply = row["messages"][len(asked)] if len(asked) < len(row["messages"]) else None
         if not asked or reply is None or not reply.get("content"):
             continue

@@ -35,13 +35,6 @@ from serve.engine.request import SamplingParams  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
 
 
-def prompt_messages(row: dict) -> list[dict]:
-    """What the target is asked to answer: the conversation without its final answer, as
-    train.regenerate sends it (a row of one answered turn: that turn; a row of later turns, e.g.
-    `turns=later`: every turn before its last answer)."""
-    return regeneration_prompt(row)
-
-
 def read_jsonl(path: str) -> list[dict]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
@@ -68,7 +61,7 @@ def heldout_prompts(
         if len(by_domain.setdefault(dom, [])) >= n:
             continue
         ids = tokenizer.apply_chat_template(
-            prompt_messages(row), add_generation_prompt=True, return_dict=True
+            regeneration_prompt(row), add_generation_prompt=True, return_dict=True
         )["input_ids"]
         if len(ids) > max_tokens:
             skipped[dom] = skipped.get(dom, 0) + 1

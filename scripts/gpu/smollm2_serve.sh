@@ -34,13 +34,13 @@ T=artifacts/smollm2-135m-instruct; D=artifacts/smollm2-data; P=$D/bench_prompts.
 python3 - "$T" "$D/sharegpt-heldout.jsonl" "$P" <<'PY'
 import json, sys
 from transformers import AutoTokenizer
-from scripts.eval_acceptance import prompt_messages
+from train.data.regenerate import regeneration_prompt
 target, src, dst = sys.argv[1:]
 tok = AutoTokenizer.from_pretrained(target)
 kept = 0
 with open(dst, "w") as out:
     for line in open(src):
-        text = tok.apply_chat_template(prompt_messages(json.loads(line)), add_generation_prompt=True, tokenize=False)
+        text = tok.apply_chat_template(regeneration_prompt(json.loads(line)), add_generation_prompt=True, tokenize=False)
         if len(tok(text, add_special_tokens=False)["input_ids"]) <= 768:
             out.write(json.dumps({"prompt": text}) + "\n"); kept += 1
 print(f"{kept} bench prompts")
