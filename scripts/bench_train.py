@@ -11,8 +11,12 @@
 real model's shape built in memory; one row per speed variant, step split, MFU.
 
 `loss`: fwd+bwd of `train.loss.distill_loss` alone (the draft's hidden states are leaves) at vocab
-151,936, with `chunk_tokens` = --chunk and = all rows (unchunked, what a naive loss does):
-peak memory above baseline and time, and their ratio, measured in one run.
+151,936, with `chunk_tokens` = --chunk and = all rows (unchunked, what a naive loss does), and
+chunked with the teacher computed once per draft row instead of once per position the rows share
+(`loss.share_teacher=false`): peak memory above baseline and time, and their ratios to the first
+row, measured in one run.
+    python scripts/bench_train.py loss --vocab 49152 --hidden 576 --draft-vocab 16384 \
+      --rank 256 --block 8 --seq 2048 --anchors 512 --chunk 1024   # SmolLM2's loss shape
 `step`: runs `python -m train.distill +experiment=tiny` in-process for a few steps and reports
 median tokens/s (target forward + draft forward/backward + optimizer) from metrics.jsonl.
 """
@@ -32,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.config import DSparkConfig  # noqa: E402
 from common.model import DSparkDraftModel  # noqa: E402
+from common.vocab import build_vocab_map  # noqa: E402
 from scripts import bench_train_scale  # noqa: E402
 from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
 from scripts.bench_train_scale import measured_bf16_flops  # noqa: E402
@@ -57,9 +62,14 @@ def bench_loss(a) -> list[dict]:
         intermediate_size=2 * a.hidden,
         block_size=a.block,
         markov_rank=a.rank,
+        draft_vocab_size=a.draft_vocab,
     )
     with torch.device(dev):
         model = DSparkDraftModel(cfg).to(dtype)
+    if cfg.reduced_vocab:  # any draft vocab: the cost does not depend on which ids it holds
+        maps = build_vocab_map(torch.randint(0, 1000, (a.vocab,)), a.draft_vocab)
+        embed = torch.randn(a.vocab, a.hidden, device=dev)
+        model.init_from_target(embed, embed, maps.d2t.to(dev), maps.t2d.to(dev))
     t = a.seq
     ids = torch.randint(0, a.vocab - 1, (1, t), device=dev)
     loss_mask = torch.ones(1, t, dtype=torch.bool, device=dev)
@@ -74,18 +84,43 @@ def bench_loss(a) -> list[dict]:
     final = torch.randn(1, t, a.hidden, device=dev, dtype=dtype)
     head = torch.randn(a.vocab, a.hidden, device=dev, dtype=dtype) * 0.02
     rows = int(tg.mask.sum())
+    positions = int((tg.label_pos[tg.mask > 0]).unique().numel())
     out = []
-    for name, chunk in ((f"chunked ({a.chunk} rows)", a.chunk), ("unchunked", rows + 1)):
+    variants = (
+        (f"chunked ({a.chunk} rows)", a.chunk, True),
+        ("chunked, teacher per row", a.chunk, False),
+        ("unchunked", rows + 1, True),
+    )
+    for name, chunk, share in variants:
 
-        def step(chunk=chunk):
+        def step(chunk=chunk, share=share):
             loss, _ = distill_loss(
-                model, fo, tg, final, head, tg.dens(), chunk_tokens=chunk, vocab_grad=a.vocab_grad
+                model,
+                fo,
+                tg,
+                final,
+                head,
+                tg.dens(),
+                chunk_tokens=chunk,
+                vocab_grad=a.vocab_grad,
+                share_teacher=share,
             )
             loss.backward()
             fo.hidden.grad = fo.markov_input.grad = None
 
         r = measure(step, model, a.device, a.warmup, a.iters)
-        out.append({"loss": name, "vocab_grad": a.vocab_grad, "rows": rows, "vocab": a.vocab, **r})
+        teacher_rows = positions if share else rows
+        out.append(
+            {
+                "loss": name,
+                "vocab_grad": a.vocab_grad,
+                "rows": rows,
+                "teacher_rows": teacher_rows,
+                "vocab": a.vocab,
+                "draft_vocab": a.draft_vocab or a.vocab,
+                **r,
+            }
+        )
     return out
 
 
@@ -177,6 +212,7 @@ def main(argv=None) -> int:
     lp = sub.add_parser("loss")
     lp.add_argument("--device", default="cpu")
     lp.add_argument("--vocab", type=int, default=151_936)
+    lp.add_argument("--draft-vocab", type=int, default=None, help="reduced draft vocab size")
     lp.add_argument("--hidden", type=int, default=256)
     lp.add_argument("--rank", type=int, default=64)
     lp.add_argument("--block", type=int, default=7)
@@ -206,9 +242,10 @@ def main(argv=None) -> int:
             Path(a.json).write_text(json.dumps(res, indent=2, default=str))
         return 0 if all("error" not in r for r in res["rows"]) else 1
     rows = bench_loss(a) if a.part == "loss" else bench_step(a)
-    if a.part == "loss" and len(rows) == 2:
-        rows[1]["peak_ratio_vs_chunked"] = rows[1]["peak_mib"] / max(rows[0]["peak_mib"], 1e-9)
-        rows[0]["peak_ratio_vs_chunked"] = 1.0
+    if a.part == "loss":
+        for r in rows:
+            r["peak_ratio_vs_chunked"] = r["peak_mib"] / max(rows[0]["peak_mib"], 1e-9)
+            r["time_ratio_vs_chunked"] = r["mean_ms"] / rows[0]["mean_ms"]
     print_table(rows)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))

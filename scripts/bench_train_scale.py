@@ -22,7 +22,9 @@ One row per variant (all in one process, the same target; a distributed variant 
 
 Model FLOPs per step (recomputation not counted; P = weights of the linear layers):
     target forward:  2 * P_t * tokens + 4 * L_t * (n_h * d_h) * sum_docs T_d (T_d + 1) / 2
-    teacher logits:  2 * V * H_t * M                  (M = supervised draft rows of the step)
+    teacher logits:  2 * V * H_t * U                  (U = the distinct label-1 positions of the
+                                                       M supervised draft rows; M with
+                                                       loss.share_teacher=false)
     draft fwd+bwd:   6 * P_d * A * B                  (backbone on the A blocks of B tokens)
                    + 6 * P_ctx * tokens               (fc and every layer's k/v on the context)
                    + 3 * 4 * L_d * (n_h * d_h) * K    (K = sum over block queries of visible keys)
@@ -78,6 +80,7 @@ SHAPES = {
             "fused_flex_tflex",
             "fused_flex_tflex_compile",
             "fused_flex_tflex_compile_tcompile",
+            "fused_flex_tflex_compile_tcompile+loss.share_teacher=false",
             "fused_flex_tflex_compile_tcompile_lcompile",
             "fsdp",
         ],
@@ -113,6 +116,8 @@ SHAPES = {
             "fused_flex_tflex+loss.chunk_tokens=8192+trainer.micro_batch_size=64",
             "fused_flex_tflex_compile+loss.chunk_tokens=8192+trainer.micro_batch_size=64",
             "fused_flex_tflex_compile_tcompile+loss.chunk_tokens=8192+trainer.micro_batch_size=64",
+            "fused_flex_tflex_compile_tcompile+loss.chunk_tokens=8192+trainer.micro_batch_size=64"
+            "+loss.share_teacher=false",
             "fused_flex_tflex_compile_tcompile_lcompile+loss.chunk_tokens=8192"
             "+trainer.micro_batch_size=64",
         ],
@@ -342,7 +347,19 @@ def linear_params(h, inter, nh, nkv, hd, layers) -> int:
     return layers * (h * hd * (2 * nh + 2 * nkv) + 3 * h * inter)
 
 
-def step_flops(target_cfg, dcfg, batch: dict, anchors, valid, tg) -> dict[str, float]:
+def teacher_rows(batch: dict, tg, share_teacher: bool) -> float:
+    """The rows the loss computes the teacher's logits for: the distinct label-1 positions of the
+    supervised draft rows (U), or every supervised row (M) without `share_teacher`."""
+    if not share_teacher:
+        return float(tg.mask.sum())
+    n, t = batch["input_ids"].shape
+    at = tg.label_pos - 1 + torch.arange(n, device=tg.mask.device)[:, None, None] * t
+    return float(at[tg.mask > 0].unique().numel())
+
+
+def step_flops(
+    target_cfg, dcfg, batch: dict, anchors, valid, tg, share_teacher=True
+) -> dict[str, float]:
     """Model FLOPs of one micro-batch, by the formula of the module docstring."""
     t = target_cfg
     hd_t = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
@@ -362,6 +379,7 @@ def step_flops(target_cfg, dcfg, batch: dict, anchors, valid, tg) -> dict[str, f
         docs_sq += float((lens * (lens + 1) / 2).sum())
     att_t = 4 * t.num_hidden_layers * t.num_attention_heads * hd_t * docs_sq
     m = float(tg.mask.sum())
+    u = teacher_rows(batch, tg, share_teacher)
     d = dcfg
     p_d = linear_params(
         d.hidden_size,
@@ -381,7 +399,7 @@ def step_flops(target_cfg, dcfg, batch: dict, anchors, valid, tg) -> dict[str, f
     r = d.markov_rank
     out = {
         "target": 2 * p_t * tokens + att_t,
-        "teacher": 2 * t.vocab_size * t.hidden_size * m,
+        "teacher": 2 * t.vocab_size * t.hidden_size * u,
         "draft": 6 * p_d * n * a * b + 6 * p_ctx * tokens + att_d,
         "head": 4 * d.draft_vocab * d.hidden_size * m + 6 * d.draft_vocab * r * m,
     }
@@ -490,7 +508,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         batch = collate(ds.with_format("numpy", columns=cols)[: tc.micro_batch_size])
         batch = {k: v.to(acc.device) for k, v in batch.items()}
         anchors, valid, tg = trainer._prepare(batch, 0)
-        fl = step_flops(target.config, dcfg, batch, anchors, valid, tg)
+        fl = step_flops(target.config, dcfg, batch, anchors, valid, tg, cfg.loss.share_teacher)
         per_step = tc.grad_accum * acc.num_processes
         wall = sum(times)
         row = {
@@ -501,6 +519,8 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
             "step_ms": 1e3 * wall / args.steps,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             "tflop_per_step": fl["total"] * per_step / 1e12,
+            "teacher_rows_per_supervised_row": teacher_rows(batch, tg, cfg.loss.share_teacher)
+            / max(float(tg.mask.sum()), 1.0),
         }
         row["model_tflops_per_s"] = row["tflop_per_step"] * args.steps / wall
         for k in (*STEP_PHASES, *INNER_PHASES):

@@ -31,11 +31,13 @@ def test_synthetic_rows_are_packed_documents_with_a_prompt_mask():
 def test_step8b_runs_the_trainer_on_the_same_batches_for_every_variant():
     ap = argparse.ArgumentParser()
     bts.add_parser(ap.add_subparsers(dest="part"))
+    per_row = "fused_loss+loss.share_teacher=false"
     a = ap.parse_args(["step8b", "--shape", "tiny", "--device", "cpu", "--steps", "1"])
     a.warmup, a.no_matmul = 1, True
+    a.variants = ["checkpoint_loss", "fused_loss", per_row]
     res = bts.bench_scale(a)
     rows = {r["variant"]: r for r in res["rows"]}
-    assert set(rows) == {"checkpoint_loss", "fused_loss"}
+    assert set(rows) == {"checkpoint_loss", "fused_loss", per_row}
     for r in rows.values():
         assert r["tokens_per_s"] > 0 and r["tokens_per_step"] == 2 * 128
         assert r["target_forward_ms"] > 0 and r["backward_ms"] > 0 and r["teacher_logits_ms"] > 0
@@ -43,6 +45,10 @@ def test_step8b_runs_the_trainer_on_the_same_batches_for_every_variant():
         assert split["total"] == pytest.approx(sum(v for k, v in split.items() if k != "total"))
     # First step, before any update: the same data, anchors and draft init in both variants
     # (their gradients are compared in float64 in tests/test_train_loss.py).
-    f, c = rows["fused_loss"], rows["checkpoint_loss"]
-    assert f["first_step_loss"] == pytest.approx(c["first_step_loss"], rel=1e-6)
-    assert f["first_step_grad_norm"] == pytest.approx(c["first_step_grad_norm"], rel=1e-4)
+    f, c, p = rows["fused_loss"], rows["checkpoint_loss"], rows[per_row]
+    for other in (c, p):
+        assert f["first_step_loss"] == pytest.approx(other["first_step_loss"], rel=1e-6)
+        assert f["first_step_grad_norm"] == pytest.approx(other["first_step_grad_norm"], rel=1e-4)
+    # The teacher once per shared position: fewer teacher rows, and fewer FLOPs counted for them.
+    assert f["teacher_rows_per_supervised_row"] < 1 == p["teacher_rows_per_supervised_row"]
+    assert f["flops_split_tflop"]["teacher"] < p["flops_split_tflop"]["teacher"]

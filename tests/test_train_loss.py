@@ -112,6 +112,36 @@ def test_chunking_changes_neither_loss_nor_gradients():
         assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-10, atol=1e-12), k
 
 
+def test_teacher_runs_once_per_shared_position():
+    """Overlapping blocks read the same label-1 positions: the teacher's hidden rows are the
+    distinct ones, every row points at its own position's, and computing the teacher per row
+    instead gives the same loss, gradients and metrics (3-row chunks: ranges cut mid-group)."""
+    from train.loss import kept_rows
+
+    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    fo = m.forward_train(aux, ids, anchors, valid)
+    tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    rows = kept_rows(m, fo, tg, final)
+    n, t = ids.shape
+    pos = (tg.label_pos - 1 + torch.arange(n)[:, None, None] * t).view(-1)[rows.idx]
+    assert rows.idx.sort().values.equal(tg.mask.view(-1).nonzero().squeeze(1))
+    assert rows.th.shape[0] == pos.unique().numel() < pos.numel()
+    assert rows.th[rows.teacher_row].equal(final.reshape(n * t, -1)[pos])
+    got = {}
+    for share in (True, False):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        loss, sums = distill_loss(
+            m, fo, tg, final, head, tg.dens(), chunk_tokens=3, share_teacher=share
+        )
+        loss.backward()
+        got[share] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        got[share].update(loss=loss.detach(), **sums)
+    assert got[True].keys() == got[False].keys()
+    for k in got[False]:
+        assert torch.allclose(got[True][k], got[False][k], rtol=1e-10, atol=1e-12), k
+
+
 def gradients(m, ids, lm, aux, final, head, anchors, valid, mode) -> dict:
     """Loss and parameter gradients through the float64 loop (`mode` "naive") or distill_loss
     chunked at 3 rows: vocab_grad `mode`, or "compiled" (the fused path through torch.compile).
@@ -186,8 +216,9 @@ def test_compiled_loss_chunks_match_the_naive_reference():
 
 
 def test_compiled_loss_chunk_compiles_twice_whatever_the_row_counts():
-    """The kept rows change every step, so the last chunk's length does: the compiled chunk must
-    not recompile per step (the first other length makes its row count dynamic)."""
+    """The kept rows change every step, so the last chunk's length does, and every chunk's count
+    of distinct teacher positions: the compiled chunk must not recompile per step (the first
+    other lengths make both counts dynamic)."""
     from torch._dynamo.testing import CompileCounter
 
     from train.loss import compiled_fused_chunk
@@ -198,10 +229,11 @@ def test_compiled_loss_chunk_compiles_twice_whatever_the_row_counts():
     torch.manual_seed(0)
     w, wt = torch.randn(30, 12), torch.randn(48, 8)
     sel = torch.randperm(48)[:30].sort().values
-    for rows in (16, 5, 11, 16, 3, 9):
-        x, th = torch.randn(rows, 12), torch.randn(rows, 8)
+    for rows, positions in ((16, 9), (5, 4), (11, 9), (16, 7), (3, 3), (9, 5)):
+        x, th = torch.randn(rows, 12), torch.randn(positions, 8)
+        at = torch.randint(0, positions, (rows,)).sort().values
         labels, cc, cl = torch.randint(-1, 30, (rows,)), torch.rand(rows), torch.rand(rows)
-        chunk(x, w, th, wt, sel, None, labels, cc, cl, False)
+        chunk(x, w, th, at, wt, sel, None, labels, cc, cl, False)
     assert counter.frame_count == 2
 
 
@@ -330,3 +362,21 @@ def test_greedy_agreement_never_matches_a_teacher_argmax_outside_the_draft_vocab
     assert bool((top[~inside] == -1).all())
     # A draft sure of the best draft-vocab token agrees exactly where the teacher's argmax is in.
     assert torch.equal(greedy_agreement(p_sel, top), inside)
+
+
+def test_teacher_positions_script_counts_distinct_positions():
+    """scripts/teacher_positions.py: rows and distinct positions against a brute-force count."""
+    from scripts.teacher_positions import shared_positions
+
+    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    n, a, nd = tg.labels.shape
+    seen = {
+        (i, int(tg.label_pos[i, k, j]) - 1)
+        for i in range(n)
+        for k in range(a)
+        for j in range(nd)
+        if tg.mask[i, k, j] > 0
+    }
+    assert shared_positions(tg, T) == (int(tg.mask.sum()), len(seen))
+    assert len(seen) < int(tg.mask.sum())

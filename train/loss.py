@@ -16,7 +16,11 @@ second predicts realized T=0 acceptance; on sampled answers it is a proxy
 
 Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, so no
 `[tokens, vocab]` fp32 tensor is ever built for all anchors at once. Teacher logits are computed
-only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk.
+only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk,
+and once per position: overlapping blocks share label positions (512 anchors of 7 slots in a
+2,048-token row cover a position 1.75 times on average), so the kept rows are ordered by their
+teacher position and each chunk's teacher work runs over the distinct positions it reads
+(`share_teacher`; False computes it per row, the same numbers, for benchmarks).
 Gradient of the vocab-sized part (`vocab_grad`):
 - "fused" (default): each chunk's gradient with respect to the logits is written down in closed
   form in the forward pass (CE: p - onehot; L1: p * (s - <s, p>), s = sign(p - q)) and turned into
@@ -84,11 +88,12 @@ def _atleast_f32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
-def _teacher_probs_of(teacher_h, w_teacher, sel, softcap=None, greedy=False):
-    """teacher_h [c, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c], top):
+def _teacher_probs_of(teacher_h, w_teacher, sel, softcap=None, greedy=False, rows=None):
+    """teacher_h [u, Ht] -> (p_t over the draft vocab [c, Vd], teacher mass outside it [c], top):
     with `greedy`, top [c] is the draft id of the teacher's argmax over the FULL vocab (-1 where it
-    lies outside the draft vocab), else None. `softcap`: the target's final-logit soft cap
-    (Gemma), applied to the teacher logits only. No timing mark: `torch.compile` traces it."""
+    lies outside the draft vocab), else None. `rows` [c]: each output row's index into teacher_h
+    (None: one output row per teacher_h row, c = u). `softcap`: the target's final-logit soft
+    cap (Gemma), applied to the teacher logits only. No timing mark: `torch.compile` traces it."""
     z_t = _atleast_f32(teacher_h @ w_teacher.T.to(teacher_h.dtype))
     p_t = torch.softmax(softcap_logits(z_t, softcap), dim=-1)
     p_t_sel = p_t if sel is None else p_t.index_select(1, sel)
@@ -98,23 +103,30 @@ def _teacher_probs_of(teacher_h, w_teacher, sel, softcap=None, greedy=False):
         top = best_sel.indices
         if sel is not None:  # a reduced vocab: is the full-vocab best among its ids?
             top = torch.where(best_sel.values >= p_t.max(-1).values, top, -1)
-    return p_t_sel, 1.0 - p_t_sel.sum(-1), top  # outside: the mass the draft cannot express
+    outside = 1.0 - p_t_sel.sum(-1)  # the mass the draft cannot express
+    if rows is not None:
+        p_t_sel, outside = p_t_sel.index_select(0, rows), outside.index_select(0, rows)
+        top = None if top is None else top.index_select(0, rows)
+    return p_t_sel, outside, top
 
 
 @torch.no_grad()
-def _teacher_probs(teacher_h, w_teacher, sel, softcap=None, greedy=False):
+def _teacher_probs(teacher_h, w_teacher, sel, softcap=None, greedy=False, rows=None):
     """`_teacher_probs_of` under the "teacher_logits" timing mark."""
     with phase("teacher_logits"):
-        return _teacher_probs_of(teacher_h, w_teacher, sel, softcap, greedy)
+        return _teacher_probs_of(teacher_h, w_teacher, sel, softcap, greedy, rows)
 
 
-def _chunk_terms(hu, teacher_h, labels_d, w_fused, w_teacher, sel, softcap=None, greedy=False):
-    """One chunk: hu [c, H+r], teacher_h [c, Ht], labels_d [c] (draft id or -1)
+def _chunk_terms(
+    hu, teacher_h, teacher_rows, labels_d, w_fused, w_teacher, sel, softcap=None, greedy=False
+):
+    """One chunk: hu [c, H+r], teacher_h [u, Ht] with teacher_rows [c] (or None, u = c: see
+    `_teacher_probs_of`), labels_d [c] (draft id or -1)
     -> (ce [c], l1 [c]) fp32 and, with `greedy`, agree [c] bool (greedy_agreement; else None).
     `sel` [Vd] target ids of the draft vocab (None = full vocab); `softcap`: the target's
     final-logit soft cap (Gemma), applied to the teacher logits only."""
     logp_d = torch.log_softmax(_atleast_f32(hu @ w_fused.T.to(hu.dtype)), dim=-1)  # [c, Vd]
-    p_t_sel, outside, top = _teacher_probs(teacher_h, w_teacher, sel, softcap, greedy)
+    p_t_sel, outside, top = _teacher_probs(teacher_h, w_teacher, sel, softcap, greedy, teacher_rows)
     l1 = (logp_d.exp() - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
     ce = -logp_d.gather(1, labels_d.clamp(min=0).unsqueeze(1)).squeeze(1)
     return ce, l1, None if top is None else greedy_agreement(logp_d, top)
@@ -138,10 +150,12 @@ def _cat(parts: list, like: torch.Tensor, dtype) -> torch.Tensor | None:
 @dataclass
 class KeptRows:
     """The supervised (mask > 0) draft rows of a batch, flattened (M rows):
-    keep [N*A*Nd] bool; idx [M] its nonzero positions; h [M, H]; e = W1[prev] [M, r];
-    hu = [h; u] [M, H+r] (u: Markov bias input); th [M, Ht] teacher hidden at label-1;
-    labels_d [M] draft id of the data token (-1 outside the draft vocab); sel [Vd] target ids
-    of the draft vocab (None: full vocab)."""
+    keep [N*A*Nd] bool; idx [M] their positions in it, ordered by teacher position; h [M, H];
+    e = W1[prev] [M, r]; hu = [h; u] [M, H+r] (u: Markov bias input); th [U, Ht] the teacher's
+    final hidden at the distinct label-1 positions the rows read, and teacher_row [M] each row's
+    index into th (nondecreasing; None: th has one row per kept row); labels_d [M] draft id of the
+    data token (-1 outside the draft vocab); sel [Vd] target ids of the draft vocab (None: full
+    vocab)."""
 
     keep: torch.Tensor
     idx: torch.Tensor
@@ -149,28 +163,53 @@ class KeptRows:
     e: torch.Tensor
     hu: torch.Tensor
     th: torch.Tensor
+    teacher_row: torch.Tensor | None
     labels_d: torch.Tensor
     sel: torch.Tensor | None
 
+    def chunks(self, size: int) -> list[tuple[slice, slice, torch.Tensor | None]]:
+        """Per `size` rows: (their slice, the slice of th they read, each row's index into that
+        slice, or None where th is per row). One host sync for all chunks."""
+        m = self.idx.numel()
+        spans = [(s, min(s + size, m)) for s in range(0, m, size)]
+        if self.teacher_row is None:
+            return [(slice(s, e), slice(s, e), None) for s, e in spans]
+        if not spans:
+            return []
+        ends = torch.tensor([[s, e - 1] for s, e in spans], device=self.teacher_row.device)
+        bounds = self.teacher_row[ends].tolist()
+        return [
+            (slice(s, e), slice(u0, u1 + 1), self.teacher_row[s:e] - u0)
+            for (s, e), (u0, u1) in zip(spans, bounds, strict=True)
+        ]
 
-def kept_rows(model: DSparkDraftModel, fo, tg: BlockTargets, teacher_final) -> KeptRows:
+
+def kept_rows(
+    model: DSparkDraftModel, fo, tg: BlockTargets, teacher_final, share_teacher: bool = True
+) -> KeptRows:
     n = tg.labels.shape[0]
     keep = tg.mask.view(-1) > 0
     idx = keep.nonzero().squeeze(1)  # one host sync; boolean indexing would sync per tensor
+    # Each row's teacher position: row n, label_pos - 1, in the flattened [N*T] teacher states.
+    t = teacher_final.shape[1]
+    flat_pos = tg.label_pos.reshape(n, -1) - 1 + torch.arange(n, device=idx.device)[:, None] * t
+    tpos = flat_pos.reshape(-1).index_select(0, idx)
+    teacher_row = None
+    if share_teacher:  # rows that read one position side by side, the position once in th
+        tpos, order = tpos.sort(stable=True)
+        idx = idx.index_select(0, order)
+        tpos, teacher_row = torch.unique_consecutive(tpos, return_inverse=True)
+    th = teacher_final.reshape(n * t, -1).index_select(0, tpos)
     # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
     h = fo.hidden.flatten(0, -2).index_select(0, idx)
     u = fo.markov_input.flatten(0, -2).index_select(0, idx)
     e = fo.markov_embed.flatten(0, -2).index_select(0, idx)
-    # Teacher hidden only at the kept rows' label-1 positions (row n, position label_pos - 1).
-    t = teacher_final.shape[1]
-    flat_pos = tg.label_pos.reshape(n, -1) - 1 + torch.arange(n, device=idx.device)[:, None] * t
-    th = teacher_final.reshape(n * t, -1).index_select(0, flat_pos.reshape(-1).index_select(0, idx))
     labels = tg.labels.reshape(-1).index_select(0, idx)
     t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
     labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
     sel = model.draft_ids_in_target if model.config.reduced_vocab else None
     hu = torch.cat([h, u.to(h.dtype)], dim=-1)
-    return KeptRows(keep, idx, h, e, hu, th, labels_d, sel)
+    return KeptRows(keep, idx, h, e, hu, th, teacher_row, labels_d, sel)
 
 
 def vocab_terms(
@@ -182,9 +221,8 @@ def vocab_terms(
     w_fused = model.fused_head_weight()
     fixed = (w_fused, teacher_lm_head, rows.sel, model.config.target_logit_softcap, greedy)
     ces, l1s, agrees = [], [], []
-    for s in range(0, rows.hu.shape[0], chunk):
-        args = (rows.hu[s : s + chunk], rows.th[s : s + chunk], rows.labels_d[s : s + chunk])
-        args = (*args, *fixed)
+    for r, u, ur in rows.chunks(chunk):
+        args = (rows.hu[r], rows.th[u], ur, rows.labels_d[r], *fixed)
         ce, l1, agree = (
             checkpoint(_chunk_terms, *args, use_reentrant=False)
             if checkpointed
@@ -201,6 +239,7 @@ def _fused_chunk(
     x,
     w,
     teacher_h,
+    teacher_rows,
     w_teacher,
     sel,
     softcap,
@@ -210,14 +249,15 @@ def _fused_chunk(
     greedy,
     teacher=_teacher_probs,
 ):
-    """One chunk of `_FusedVocabLoss`: x = hu rows [c, H+r], w the fused head [Vd, H+r] ->
+    """One chunk of `_FusedVocabLoss`: x = hu rows [c, H+r], w the fused head [Vd, H+r],
+    teacher_h [u, Ht] with teacher_rows [c] (or None: see `_teacher_probs_of`) ->
     (g = dS/d logits [c, Vd] in x's dtype, ce [c], l1 [c], agree [c] or None). `teacher`:
     the teacher-probability function, the timed `_teacher_probs` by default; the compiled
     chunk (`compiled_fused_chunk`) takes `_teacher_probs_of`, which has no timing mark, so
     `torch.compile` traces the chunk whole."""
     logp = torch.log_softmax(_atleast_f32(x @ w.T), dim=-1)  # [c, Vd]
     p = logp.exp()
-    p_t_sel, outside, top = teacher(teacher_h, w_teacher, sel, softcap, greedy)
+    p_t_sel, outside, top = teacher(teacher_h, w_teacher, sel, softcap, greedy, teacher_rows)
     sign = torch.sign(p - p_t_sel)
     l1 = (p - p_t_sel).abs().sum(-1) + outside.clamp(min=0)
     lab = labels_d.clamp(min=0).unsqueeze(1)
@@ -243,8 +283,8 @@ def compiled_fused_chunk(backend: str = "inductor"):
 
 
 class _FusedVocabLoss(torch.autograd.Function):
-    """S = sum_rows(coef_ce * ce + coef_l1 * l1) over `chunk` rows at a time, its gradient with
-    respect to hu [M, H+r] and markov_w2 [Vd, r] formed in the forward pass (module docstring).
+    """S = sum_rows(coef_ce * ce + coef_l1 * l1) chunk by chunk (`KeptRows.chunks`), its gradient
+    with respect to hu [M, H+r] and markov_w2 [Vd, r] formed in the forward pass (module docstring).
     Also returns ce [M], l1 [M] and agree [M] (no gradient; empty unless `greedy`) for the
     metrics and the confidence target."""
 
@@ -260,7 +300,7 @@ class _FusedVocabLoss(torch.autograd.Function):
         sel,
         coef_ce,
         coef_l1,
-        chunk,
+        chunks,
         softcap,
         greedy,
         chunk_fn,
@@ -279,24 +319,25 @@ class _FusedVocabLoss(torch.autograd.Function):
         total = hu.new_zeros((), dtype=torch.float64)
         ces, l1s, agrees = [], [], []
         w = w_fused.to(hu.dtype)
-        for s in range(0, hu.shape[0], chunk):
-            x = hu[s : s + chunk]
+        for rs, us, urows in chunks:
+            x = hu[rs]
             g, ce, l1, agree = chunk_fn(
                 x,
                 w,
-                teacher_h[s : s + chunk],
+                teacher_h[us],
+                urows,
                 w_teacher,
                 sel,
                 softcap,
-                labels_d[s : s + chunk],
-                coef_ce[s : s + chunk],
-                coef_l1[s : s + chunk],
+                labels_d[rs],
+                coef_ce[rs],
+                coef_l1[rs],
                 greedy,
             )
-            ghu[s : s + chunk] = g @ w
+            ghu[rs] = g @ w
             if gw2 is not None:
                 gw2 += (g.T @ x[:, x.shape[1] - r :]).to(gw2.dtype)
-            total += (coef_ce[s : s + chunk] * ce).sum() + (coef_l1[s : s + chunk] * l1).sum()
+            total += (coef_ce[rs] * ce).sum() + (coef_l1[rs] * l1).sum()
             ces.append(ce)
             l1s.append(l1)
             if greedy:
@@ -345,7 +386,7 @@ def fused_vocab_loss(
         rows.sel,
         coef_ce,
         coef_l1,
-        chunk,
+        rows.chunks(chunk),
         model.config.target_logit_softcap,
         greedy,
         compiled_fused_chunk() if compiled else _fused_chunk,
@@ -365,12 +406,14 @@ def distill_loss(
     confidence_detach: bool = True,
     vocab_grad: str = "fused",
     compiled: bool = False,
+    share_teacher: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-> (loss to backprop, metric sums). Rows with zero mask are dropped before the vocab work.
-    `compiled` (`trainer.compile_loss`): the fused path's chunks through `torch.compile`."""
+    `compiled` (`trainer.compile_loss`): the fused path's chunks through `torch.compile`.
+    `share_teacher`: the teacher once per position (module docstring); False: once per row."""
     if vocab_grad not in VOCAB_GRAD_MODES:
         raise ValueError(f"vocab_grad={vocab_grad!r}: choose one of {VOCAB_GRAD_MODES}")
-    rows = kept_rows(model, fo, tg, teacher_final)
+    rows = kept_rows(model, fo, tg, teacher_final, share_teacher)
     h, e = rows.h, rows.e
     wmask = (tg.mask * tg.decay).view(-1).index_select(0, rows.idx)
     wce = (tg.ce_mask * tg.decay).view(-1).index_select(0, rows.idx)

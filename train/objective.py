@@ -22,6 +22,7 @@ class DistillObjective(nn.Module):
         # How the vocab-sized part gets its gradient (train.loss.VOCAB_GRAD_MODES); benchmarks
         # switch it to measure the two against each other.
         self.vocab_grad = "fused"
+        self.share_teacher = loss_cfg.share_teacher
         self.compile_loss = compile_loss  # trainer.compile_loss (train.loss.compiled_fused_chunk)
 
     def forward(
@@ -57,6 +58,7 @@ class DistillObjective(nn.Module):
                 confidence_detach=self.confidence_detach,
                 vocab_grad=self.vocab_grad,
                 compiled=self.compile_loss,
+                share_teacher=self.share_teacher,
             )
 
 

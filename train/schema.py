@@ -75,6 +75,7 @@ class LossCfg:
     decay: float = 4.0  # w_k = exp(-k / decay)
     chunk_tokens: int = 1024  # rows of [*, vocab] logits alive at once
     confidence_detach: bool = True  # confidence head does not backprop into the backbone
+    share_teacher: bool = True  # teacher logits once per position overlapping blocks share
 
 
 @dataclass
