@@ -26,10 +26,16 @@ stage() {  # stage NAME SECONDS CMD...: run in its own process group, killed who
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/device.txt"
 if [ "$PART" != vllm ]; then
-stage train_qwen3_8b 360 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
-  step8b --shape qwen3_8b --keep-going
+# The rows measured on 2026-12-03/04 (docs/benchmarks.md) are not rerun: the compiled target, the
+# teacher once per position against once per row (loss.share_teacher), the compiled loss.
+T8=fused_flex_tflex_compile_tcompile MB="+loss.chunk_tokens=8192+trainer.micro_batch_size=64"
+stage train_qwen3_8b 300 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
+  step8b --shape qwen3_8b --keep-going --no-matmul \
+  --variants "$T8" "$T8+loss.share_teacher=false" "${T8}_lcompile"
 stage train_smollm2 240 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
-  step8b --shape smollm2_135m --steps 5 --keep-going --profile-dir "$OUT/train_smollm2_profile"
+  step8b --shape smollm2_135m --steps 5 --keep-going --profile-dir "$OUT/train_smollm2_profile" \
+  --variants "fused_flex_tflex_compile$MB" "$T8$MB" "$T8$MB+loss.share_teacher=false" \
+  "${T8}_lcompile$MB"
 fi
 if [ "$PART" != train ]; then
 for _ in $(seq 24); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
