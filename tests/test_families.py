@@ -263,9 +263,10 @@ def test_teacher_applies_the_targets_soft_cap(tok):
     t = ids.shape[1]
     one_hot = torch.eye(t, dtype=torch.float64)  # draft logits = one_hot @ logits = logits
     labels = ids[0]
-    _, l1, _ = _chunk_terms(one_hot, final, labels, logits.T, head, None, cfg.target_logit_softcap)
+    cap = cfg.target_logit_softcap
+    _, l1, _ = _chunk_terms(one_hot, final, None, labels, logits.T, head, None, cap)
     assert float(l1.max()) < 1e-9
-    _, l1_uncapped, _ = _chunk_terms(one_hot, final, labels, logits.T, head, None, None)
+    _, l1_uncapped, _ = _chunk_terms(one_hot, final, None, labels, logits.T, head, None, None)
     assert float(l1_uncapped.min()) > 1e-3
 
 
