@@ -22,6 +22,7 @@ from train.schedule import (
     WSDSchedule,
     make_schedule,
     plan_horizon,
+    steady_eval_seconds,
 )
 from train.schema import CHOICES, OptimCfg
 
@@ -179,6 +180,49 @@ def test_timed_horizon_measures_after_the_skipped_steps():
     elapsed = 20.0 + 0.4 * RATE_STEPS
     want = t.plan_step + math.floor((100.0 - elapsed) * BUDGET_SHARE / 0.5)
     assert planned[0][1] == want
+
+
+def test_steady_eval_seconds_leaves_out_the_first_batchs_compile():
+    assert steady_eval_seconds([30.0, 2.0, 2.2, 1.9, 2.1]) == pytest.approx(5 * 2.1)
+    assert steady_eval_seconds([3.0]) == 3.0
+    assert steady_eval_seconds([]) == 0.0
+
+
+def test_a_time_boxed_run_plans_for_evaluations_without_their_compile(
+    target,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
+    """The run's first evaluation pays one-time costs (here a 2 s first batch, as torch.compile's
+    is): the plan reserves what later evaluations cost, not that."""
+    import train.trainer
+
+    real, calls = train.trainer.capture_batch, []
+
+    def slow_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the step-0 evaluation's first batch
+            import time
+
+            time.sleep(2.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train.trainer, "capture_batch", slow_first)
+    args = (
+        "trainer.max_steps=400",
+        "trainer.max_seconds=4",
+        "trainer.step_delay_s=0.05",
+        "trainer.eval_every=10",
+        "trainer.eval_batches=4",
+        "data.heldout_max_rows=64",
+    )
+    assert main(fast(target, tmp_path / "run", *args)) == 0
+    text = capsys.readouterr().out
+    m = re.search(r"planned for \d+ steps .* and ([0-9.]+) s a step of evaluations", text)
+    assert m, text
+    # The wall time of that evaluation over eval_every would be >= 2 s / 10 = 0.2 s a step.
+    assert 0 < float(m.group(1)) < 0.05
 
 
 @pytest.mark.parametrize("name", ["cosine", "wsd"])

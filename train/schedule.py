@@ -4,11 +4,11 @@ its measured step rate.
 
 With `trainer.max_seconds` a run used to plan its cosine for `max_steps` and be cut wherever the
 clock ran out, its learning rate still high. `TimedHorizon` plans once, after a few steps past the
-compiles: it measures seconds per step, adds the periodic evaluations' share (timed on the first
-one), and shortens the horizon to the steps that fit the rest of the budget, so the schedule
-(warm-up and decay both scaled to it) ends where the run does. The horizon lives in the
-scheduler's state (`LambdaLR` saves a callable object's attributes), so `resume=true` follows the
-same curve and stops at the same step.
+compiles: it measures seconds per step, adds the periodic evaluations' share
+(`steady_eval_seconds` of the first one), and shortens the horizon to the steps that fit the rest
+of the budget, so the schedule (warm-up and decay both scaled to it) ends where the run does. The
+horizon lives in the scheduler's state (`LambdaLR` saves a callable object's attributes), so
+`resume=true` follows the same curve and stops at the same step.
 
 Why warmup-stable-decay (`optim.schedule=wsd`, `WSDSchedule`): a cosine fitted to the budget
 spends much of it at a lowered rate. On SmolLM2 a cosine planned to end within a 780 s budget gave
@@ -21,6 +21,7 @@ learning rate high for most of its budget and still ends annealed.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 # Steps left out of the rate (the first ones compile and warm up caches), then steps measured.
@@ -99,6 +100,15 @@ def make_schedule(optim_cfg, horizon: int) -> _WarmupSchedule:
     if o.schedule == "wsd":
         return WSDSchedule(o.warmup_ratio, o.min_lr_ratio, horizon, o.decay_ratio)
     return CosineSchedule(o.warmup_ratio, o.min_lr_ratio, horizon)
+
+
+def steady_eval_seconds(batch_seconds: list[float]) -> float:
+    """What an evaluation costs once compiled: its batch count times its median batch. A run's
+    first evaluation is also where torch.compile builds the evaluation graphs (its first batch),
+    which later evaluations do not pay again: on SmolLM2 on the H200 the first evaluation of a
+    780 s run took about 68 s and the next about 2 s, and planning with the 68 s left 160 s of
+    the budget unused (docs/benchmarks.md, "Time-boxed runs")."""
+    return len(batch_seconds) * statistics.median(batch_seconds) if batch_seconds else 0.0
 
 
 @dataclass

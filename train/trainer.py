@@ -34,7 +34,7 @@ from train.data.sampler import epoch_order
 from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
-from train.schedule import TimedHorizon, make_schedule
+from train.schedule import TimedHorizon, make_schedule, steady_eval_seconds
 from train.setup import SetupError
 from train.state import (
     checkpoint_dirs,
@@ -111,6 +111,7 @@ class Trainer:
         self.train_ds, self.eval_ds = train_ds, eval_ds
         self.step = 0
         self.bad_batches = 0  # non-finite batches skipped so far (trainer.max_bad_batches)
+        self.eval_batch_s: list[float] = []  # the last evaluation's seconds per batch
         self._iter = None
         ckpt = latest_checkpoint(output_dir) if cfg.resume else None
         if ckpt is not None:
@@ -242,9 +243,11 @@ class Trainer:
         head = cfg.trainer.eval_answer_head
         totals: dict[str, dict[str, torch.Tensor]] = {"": {}, "answer_head_": {}}
         self.objective.eval()
+        self.eval_batch_s = []
         for i, batch in enumerate(loader):
             if i >= cfg.trainer.eval_batches:
                 break
+            t = time.perf_counter()
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
             cap = capture_batch(self.capture, batch)
             views = [("", batch)]
@@ -259,6 +262,9 @@ class Trainer:
                 )
                 for k, v in sums.items():
                     totals[prefix][k] = totals[prefix].get(k, 0) + v
+            if self.acc.device.type == "cuda":
+                torch.cuda.synchronize(self.acc.device)
+            self.eval_batch_s.append(time.perf_counter() - t)
         self.objective.train()
         if not totals[""]:
             return None
@@ -355,9 +361,9 @@ class Trainer:
         main = self.acc.is_main_process
         eval_initial, eval_s = None, 0.0
         if self.step == 0:
-            t = time.perf_counter()
             eval_initial = self.evaluate()
-            eval_s = time.perf_counter() - t
+            # Not its wall time: that holds the evaluation graphs' compiles, paid once.
+            eval_s = steady_eval_seconds(self.eval_batch_s)
             if eval_initial:
                 self.log.log(0, "eval", eval_initial)
         timed = None
