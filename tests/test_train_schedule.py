@@ -182,6 +182,46 @@ def test_timed_horizon_measures_after_the_skipped_steps():
     assert planned[0][1] == want
 
 
+def test_timed_horizon_replans_halfway_from_the_rate_since_the_first_plan():
+    """The first window is slow (0.6 s a step), the steps after it 0.4 s: the re-plan halfway
+    to the first horizon plans from 0.4 s a step and so plans more steps; a schedule that cannot
+    keep its rate (cosine) gets no re-plan, nor does a run too short to measure one."""
+    t = TimedHorizon(budget_s=200.0, max_steps=10_000, start_step=0)
+
+    def elapsed(step):  # 10 s of compiles, the window at 0.6 s, then 0.4 s
+        window = min(max(0, step - t.mark_step), RATE_STEPS)
+        return 10.0 + 0.6 * window + 0.4 * max(0, step - t.plan_step)
+
+    assert t.observe(t.mark_step, elapsed(t.mark_step)) is None
+    first = t.observe(t.plan_step, elapsed(t.plan_step))
+    assert t.rate_s == pytest.approx(0.6) and not t.done
+    t.planned(t.plan_step, first, replannable=True)
+    half = t.plan_step + (first - t.plan_step) // 2
+    assert t.replan_step == half
+    assert [t.observe(k, elapsed(k)) for k in range(t.plan_step + 1, half)] == [None] * (
+        half - t.plan_step - 1
+    )
+    second = t.observe(half, elapsed(half))
+    assert t.rate_s == pytest.approx(0.4) and t.window == (t.plan_step + 1, half)
+    assert second == half + math.floor((200.0 - elapsed(half)) * BUDGET_SHARE / 0.4) > first
+    t.planned(half, second, replannable=True)
+    assert t.done and t.replan_step is None
+    for replannable, budget in ((False, 200.0), (True, 10.0 + 0.6 * RATE_STEPS + 5.0)):
+        u = TimedHorizon(budget_s=budget, max_steps=10_000, start_step=0)
+        u.observe(u.mark_step, elapsed(u.mark_step))
+        u.planned(u.plan_step, u.observe(u.plan_step, elapsed(u.plan_step)), replannable)
+        assert u.done
+
+
+def test_a_replan_is_taken_only_where_the_rate_stays():
+    wsd, cos = WSDSchedule(0.04, 0.1, 1000, decay_ratio=0.2), CosineSchedule(0.04, 0.1, 1000)
+    assert WSDSchedule.replannable and not CosineSchedule.replannable
+    assert wsd.same_rate_at(500, 1200) and wsd.same_rate_at(500, 700)  # stable phase either way
+    assert not wsd.same_rate_at(500, 600)  # its decay would have begun before step 500
+    assert not cos.same_rate_at(500, 1200) and cos.same_rate_at(500, 1000)
+    assert wsd.horizon == cos.horizon == 1000  # asking changes nothing
+
+
 def test_steady_eval_seconds_leaves_out_the_first_batchs_compile():
     assert steady_eval_seconds([30.0, 2.0, 2.2, 1.9, 2.1]) == pytest.approx(5 * 2.1)
     assert steady_eval_seconds([3.0]) == 3.0
@@ -241,6 +281,54 @@ def test_the_planned_horizon_survives_the_scheduler_state(name):
     assert [fresh(k) for k in range(330)] == [s(k) for k in range(330)]
 
 
+def test_a_wsd_run_replans_halfway_and_ends_its_schedule_in_budget(
+    target,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
+    """Steps in the first window are slow (as the first steps after compiling are): the WSD run
+    re-plans halfway from the faster steps since, for more steps, and still ends its schedule,
+    annealed, inside the budget, its rate the planned curve's at every step after the window."""
+    import time
+
+    import train.trainer
+
+    real = train.trainer.Trainer.train_step
+
+    def slow_window(self):
+        if self.step < RATE_SKIP_STEPS + RATE_STEPS:
+            time.sleep(0.08)
+        return real(self)
+
+    monkeypatch.setattr(train.trainer.Trainer, "train_step", slow_window)
+    out = tmp_path / "run"
+    args = (
+        "trainer.max_steps=1000",
+        "trainer.max_seconds=10",
+        "trainer.eval_every=0",
+        "trainer.save_every=0",  # a save is a one-time cost the rate does not hold
+        "optim.schedule=wsd",
+    )
+    assert main(fast(target, out, *args)) == 0
+    text = capsys.readouterr().out
+    first = re.search(r"schedule planned for (\d+) steps", text)
+    second = re.search(r"schedule re-planned for (\d+) steps .* over steps (\d+)-(\d+)", text)
+    assert first and second, text
+    assert int(second.group(1)) > int(first.group(1))
+    assert int(second.group(2)) == RATE_SKIP_STEPS + RATE_STEPS + 1
+    horizon = int(second.group(1))
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in recs if r["split"] == "train"]
+    assert train[-1]["step"] == horizon and "max_seconds=10 reached" not in text
+    o = compose_config(fast(target, out, *args)).optim
+    curve = curve_reference("wsd", o, horizon, horizon + 1)
+    for r in train:
+        if r["step"] > RATE_SKIP_STEPS + RATE_STEPS:
+            assert r["lr"] == pytest.approx(o.lr * curve[r["step"]], rel=1e-6)
+    assert train[-1]["lr"] == pytest.approx(o.lr * o.min_lr_ratio, rel=0.05)
+
+
 @pytest.mark.parametrize("name", ["cosine", "wsd"])
 def test_a_time_boxed_run_plans_its_schedule_and_follows_it(name, target, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "run"
@@ -252,9 +340,11 @@ def test_a_time_boxed_run_plans_its_schedule_and_follows_it(name, target, tmp_pa
     )
     assert main(fast(target, out, *args)) == 0
     text = capsys.readouterr().out
-    m = re.search(r"learning-rate schedule planned for (\d+) steps \(max_steps 400\)", text)
-    assert m, text
-    horizon = int(m.group(1))
+    plans = re.findall(
+        r"learning-rate schedule (?:re-)?planned for (\d+) steps \(max_steps 400\)", text
+    )
+    assert plans, text
+    horizon = int(plans[-1])  # a WSD run may re-plan halfway (its stable rate stays as it was)
     assert RATE_SKIP_STEPS + RATE_STEPS <= horizon < 400
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in recs if r["split"] == "train"]

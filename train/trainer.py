@@ -343,17 +343,29 @@ class Trainer:
         return broadcast(flag, from_process=0).item()
 
     def _plan(self, horizon: int, timed: TimedHorizon, bar) -> None:
-        """Fix the schedule's horizon to what the time budget holds; every rank takes the main
-        process's plan, so all stop after the same step."""
+        """Fix the schedule's horizon to what the time budget holds (a re-plan only where the
+        rate now stays as it is); every rank takes the main process's plan, so all stop after
+        the same step."""
         horizon = int(self._from_main(horizon))
+        first = not self.schedule.planned
+        timed.planned(self.step, horizon, self.schedule.replannable)
+        tc, evals = self.cfg.trainer, timed.overhead_per_step_s
+        how = (
+            f"to end within trainer.max_seconds={tc.max_seconds:g}: {timed.rate_s:.3f} s a step "
+            f"over steps {timed.window[0]}-{timed.window[1]}"
+            + (f" and {evals:.3f} s a step of evaluations" if evals else "")
+        )
+        if not first and not self.schedule.same_rate_at(self.step, horizon):
+            self.acc.print(
+                f"[distill] kept the schedule's {self.schedule.horizon} steps: {horizon} steps "
+                f"{how} would change the learning rate at step {self.step}"
+            )
+            return
         self.schedule.horizon, self.schedule.planned = horizon, True
         bar.total = horizon
-        tc, evals = self.cfg.trainer, timed.overhead_per_step_s
         self.acc.print(
-            f"[distill] learning-rate schedule planned for {horizon} steps (max_steps "
-            f"{tc.max_steps}) to end within trainer.max_seconds={tc.max_seconds:g}: "
-            f"{timed.rate_s:.3f} s a step over steps {timed.mark_step + 1}-{timed.plan_step}"
-            + (f" and {evals:.3f} s a step of evaluations" if evals else "")
+            f"[distill] learning-rate schedule {'planned' if first else 're-planned'} for "
+            f"{horizon} steps (max_steps {tc.max_steps}) {how}"
         )
 
     def fit(self) -> RunResult:
@@ -410,6 +422,7 @@ class Trainer:
                 horizon = timed.observe(self.step, time.perf_counter() - t0)
                 if horizon is not None:
                     self._plan(horizon, timed, bar)
+                if timed.done:
                     timed = None
             if self.step < self.schedule.horizon and self._out_of_time(t0):
                 self.acc.print(
