@@ -18,7 +18,8 @@ Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, s
 `[tokens, vocab]` fp32 tensor is ever built for all anchors at once. Teacher logits are computed
 only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk,
 and once per position: overlapping blocks share label positions (512 anchors of 7 slots in a
-2,048-token row cover a position 1.75 times on average), so the kept rows are ordered by their
+2,048-token row cover a position 1.75 times on average; on SmolLM2's training rows the kept rows
+read 0.343 distinct positions each, docs/benchmarks.md), so the kept rows are ordered by their
 teacher position and each chunk's teacher work runs over the distinct positions it reads
 (`share_teacher`; False computes it per row, the same numbers, for benchmarks).
 Gradient of the vocab-sized part (`vocab_grad`):
