@@ -373,9 +373,15 @@ class Trainer:
         main = self.acc.is_main_process
         eval_initial, eval_s = None, 0.0
         if self.step == 0:
+            t = time.perf_counter()
             eval_initial = self.evaluate()
             # Not its wall time: that holds the evaluation graphs' compiles, paid once.
             eval_s = steady_eval_seconds(self.eval_batch_s)
+            if self.eval_batch_s:
+                self.acc.print(
+                    f"[distill] step-0 evaluation: {time.perf_counter() - t:.1f} s, "
+                    f"{eval_s:.1f} s once compiled ({len(self.eval_batch_s)} batches)"
+                )
             if eval_initial:
                 self.log.log(0, "eval", eval_initial)
         timed = None

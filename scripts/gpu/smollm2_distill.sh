@@ -17,6 +17,9 @@ for e in "${EXPS[@]}"; do
     >"$OUT/$e.log" 2>&1 &
 done
 wait; rc=0
+# The compile caches the runs left (kernels and graphs): how much a later session would carry to
+# skip the compiles (each run's log says what its first evaluation and step took).
+du -sh /tmp/torchinductor_* /tmp/triton* ~/.triton 2>/dev/null | tee "$OUT/compile_cache_size.txt"
 for e in "${EXPS[@]}"; do
   tail -4 "$OUT/$e.log"
   cp outputs/$e/metrics.jsonl "$OUT/$e.metrics.jsonl" && cp outputs/$e/summary.json "$OUT/$e.summary.json" || rc=1
