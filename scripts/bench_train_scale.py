@@ -154,7 +154,7 @@ SHAPES = {
 }
 
 # Each variant changes the defaults below (the trainer's own defaults), one flag at a time:
-#   vocab_grad       train.loss: "fused" (closed-form gradient) | "checkpoint" (autograd,
+#   vocab_grad       train.vocab_loss: "fused" (closed-form gradient) | "checkpoint" (autograd,
 #                    recomputed in the backward; the code before this benchmark)
 #   attention        trainer.draft_attention: "sdpa" (dense boolean mask) | "flex" (BlockMask)
 #   target_attention trainer.target_attention: "sdpa" (dense document-causal mask) | "flex"

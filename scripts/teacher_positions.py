@@ -1,8 +1,9 @@
 """How often the supervised draft rows of real training batches share a teacher position: the
 blocks of nearby anchors overlap, so their rows read the target's distribution at the same
 positions, and the loss computes it once per distinct position (`loss.share_teacher`,
-train/loss.py). Prints, per `num_anchors`, the rows, the distinct positions and their ratio (the
-share of the per-row teacher work that is left), on the trainer's own packed rows and anchors.
+train/vocab_loss.py). Prints, per `num_anchors`, the rows, the distinct positions and their
+ratio (the share of the per-row teacher work that is left), on the trainer's own packed rows and
+anchors.
 
     python scripts/teacher_positions.py --target artifacts/smollm2-135m-instruct \
         --data artifacts/smollm2-data/train.mix.jsonl --experiment smollm2_dspark_16k \

@@ -250,7 +250,7 @@ def test_teacher_applies_the_targets_soft_cap(tok):
     """The loss's teacher is softmax(cap * tanh(z / cap)), the target's own distribution: a draft
     whose logits are exactly the target's soft-capped logits has L1 = 0 (and not without it)."""
     from common.config import DSparkConfig
-    from train.loss import _chunk_terms
+    from train.vocab_loss import _chunk_terms
 
     target = build_target("gemma3", tok, torch.float64)
     cfg = DSparkConfig.from_target(target.config, mask_token_id=3)

@@ -116,7 +116,7 @@ def test_teacher_runs_once_per_shared_position():
     """Overlapping blocks read the same label-1 positions: the teacher's hidden rows are the
     distinct ones, every row points at its own position's, and computing the teacher per row
     instead gives the same loss, gradients and metrics (3-row chunks: ranges cut mid-group)."""
-    from train.loss import kept_rows
+    from train.vocab_loss import kept_rows
 
     m, ids, lm, aux, final, head, anchors, valid = setup(True)
     fo = m.forward_train(aux, ids, anchors, valid)
@@ -221,7 +221,7 @@ def test_compiled_loss_chunk_compiles_twice_whatever_the_row_counts():
     other lengths make both counts dynamic)."""
     from torch._dynamo.testing import CompileCounter
 
-    from train.loss import compiled_fused_chunk
+    from train.vocab_loss import compiled_fused_chunk
 
     torch._dynamo.reset()  # forget row counts seen as dynamic by earlier tests' compiles
     counter = CompileCounter()
@@ -348,7 +348,7 @@ def test_greedy_agreement_matches_naive_argmax(reduced, mode):
 
 
 def test_greedy_agreement_never_matches_a_teacher_argmax_outside_the_draft_vocab():
-    from train.loss import _teacher_probs, greedy_agreement
+    from train.vocab_loss import _teacher_probs, greedy_agreement
 
     torch.manual_seed(0)
     head = torch.randn(10, 4, dtype=torch.float64)

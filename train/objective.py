@@ -19,11 +19,12 @@ class DistillObjective(nn.Module):
         self.weights = (loss_cfg.ce_weight, loss_cfg.l1_weight, loss_cfg.bce_weight)
         self.chunk_tokens = loss_cfg.chunk_tokens
         self.confidence_detach = loss_cfg.confidence_detach
-        # How the vocab-sized part gets its gradient (train.loss.VOCAB_GRAD_MODES); benchmarks
+        # How the vocab-sized part gets its gradient (train.vocab_loss.VOCAB_GRAD_MODES); benchmarks
         # switch it to measure the two against each other.
         self.vocab_grad = "fused"
         self.share_teacher = loss_cfg.share_teacher
-        self.compile_loss = compile_loss  # trainer.compile_loss (train.loss.compiled_fused_chunk)
+        # trainer.compile_loss (train.vocab_loss.compiled_fused_chunk)
+        self.compile_loss = compile_loss
 
     def forward(
         self,
