@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from common.config import ConfigError
 from common.model import DSparkDraftModel
 from common.target import target_head_weights
+from train.compile_cache import load_compile_cache, save_compile_cache
 from train.config_io import BadConfig, compose_config
 from train.export import export_final
 from train.objective import init_draft_weights
@@ -101,6 +102,9 @@ def run(cfg) -> dict:
     note = warmup_note(cfg.optim, cfg.trainer.max_steps) if init_from else None
     if note:
         acc.print(note)
+    cache = cfg.trainer.get("compile_cache")
+    if cache:  # before anything compiles
+        acc.print(load_compile_cache(cache))
     apply_speed_settings(cfg.trainer, draft, target, acc.device)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     fingerprint = {
@@ -117,6 +121,8 @@ def run(cfg) -> dict:
     }
     trainer = Trainer(cfg, acc, target, draft, train_ds, eval_ds, out, fingerprint, resolved)
     result = trainer.fit()
+    if cache and acc.is_main_process:  # the final evaluation's compiles included
+        print(save_compile_cache(cache))
     summary = {
         "step": result.step,
         "train": result.train,

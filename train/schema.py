@@ -128,6 +128,9 @@ class TrainerCfg:
     compile_draft: bool = False  # torch.compile each draft layer
     compile_target: bool = False  # torch.compile each target decoder layer (forward only)
     compile_loss: bool = False  # torch.compile the fused loss's [chunk, vocab] passes
+    # torch.compile's artifacts: loaded before the first compile, written after the run
+    # (train/compile_cache.py); for machines that start empty, e.g. a file carried between them.
+    compile_cache: str | None = None
 
 
 @dataclass

@@ -12,9 +12,14 @@ for a in "$@"; do case "$a" in *=*) OVERRIDES+=("$a") ;; *) EXPS+=("$a") ;; esac
 for e in "${EXPS[@]}"; do
   [ -f "configs/experiment/$e.yaml" ] || { echo "no configs/experiment/$e.yaml" >&2; exit 2; }
 done
+# torch.compile's artifacts (train/compile_cache.py): from /tmp/carry/compile_cache.bin where a
+# session carried one in, else written here at the runs' ends (their logs give its size; not
+# shipped back yet, so it does not take a poll's room from the drafts).
+CC=/tmp/dspark-compile-cache.bin
+[ -f $CC ] || [ ! -f /tmp/carry/compile_cache.bin ] || cp /tmp/carry/compile_cache.bin $CC
 for e in "${EXPS[@]}"; do
-  python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false trainer.print_every=25 "${OVERRIDES[@]}" \
-    >"$OUT/$e.log" 2>&1 &
+  python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false trainer.print_every=25 \
+    trainer.compile_cache=$CC "${OVERRIDES[@]}" >"$OUT/$e.log" 2>&1 &
 done
 wait; rc=0
 # The compile caches the runs left (kernels and graphs): how much a later session would carry to
