@@ -53,9 +53,9 @@ def main(argv=None) -> int:
     )
     tok = AutoTokenizer.from_pretrained(a.target)
     ds = build_split(cfg.data, a.data, tok, cfg.seed, a.max_rows)
-    dcfg = DSparkConfig.from_target(
+    dcfg = DSparkConfig.from_target(  # which positions blocks read: the block size decides
         AutoConfig.from_pretrained(a.target),
-        mask_token_id=int(cfg.draft.mask_token_id),
+        mask_token_id=0,
         block_size=int(cfg.draft.block_size),
     )
     t2d = torch.ones(dcfg.vocab_size, dtype=torch.bool)
