@@ -16,7 +16,7 @@ chunked with the teacher computed once per draft row instead of once per positio
 (`loss.share_teacher=false`): peak memory above baseline and time, and their ratios to the first
 row, measured in one run.
     python scripts/bench_train.py loss --vocab 49152 --hidden 576 --draft-vocab 16384 \
-      --rank 256 --block 8 --seq 2048 --anchors 512 --chunk 1024   # SmolLM2's loss shape
+      --rank 256 --block 7 --seq 2048 --anchors 512 --chunk 1024   # SmolLM2's loss shape
 `step`: runs `python -m train.distill +experiment=tiny` in-process for a few steps and reports
 median tokens/s (target forward + draft forward/backward + optimizer) from metrics.jsonl.
 """
@@ -42,6 +42,7 @@ from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
 from scripts.bench_train_scale import measured_bf16_flops  # noqa: E402
 from train.anchors import sample_anchors  # noqa: E402
 from train.loss import block_targets, distill_loss  # noqa: E402
+from train.vocab_loss import shared_teacher_counts  # noqa: E402
 
 
 def bench_loss(a) -> list[dict]:
@@ -83,8 +84,7 @@ def bench_loss(a) -> list[dict]:
     tg = block_targets(ids, loss_mask, anchors, valid, cfg.num_speculative_tokens, model.t2d)
     final = torch.randn(1, t, a.hidden, device=dev, dtype=dtype)
     head = torch.randn(a.vocab, a.hidden, device=dev, dtype=dtype) * 0.02
-    rows = int(tg.mask.sum())
-    positions = int((tg.label_pos[tg.mask > 0]).unique().numel())
+    rows, positions = shared_teacher_counts(tg, t)
     out = []
     variants = (
         (f"chunked ({a.chunk} rows)", a.chunk, True),

@@ -350,17 +350,17 @@ def linear_params(h, inter, nh, nkv, hd, layers) -> int:
 def teacher_rows(batch: dict, tg, share_teacher: bool) -> float:
     """The rows the loss computes the teacher's logits for: the distinct label-1 positions of the
     supervised draft rows (U), or every supervised row (M) without `share_teacher`."""
-    if not share_teacher:
-        return float(tg.mask.sum())
-    n, t = batch["input_ids"].shape
-    at = tg.label_pos - 1 + torch.arange(n, device=tg.mask.device)[:, None, None] * t
-    return float(at[tg.mask > 0].unique().numel())
+    from train.vocab_loss import shared_teacher_counts
+
+    rows, positions = shared_teacher_counts(tg, batch["input_ids"].shape[1])
+    return float(positions if share_teacher else rows)
 
 
 def step_flops(
-    target_cfg, dcfg, batch: dict, anchors, valid, tg, share_teacher=True
+    target_cfg, dcfg, batch: dict, anchors, valid, tg, teacher_rows_n: float | None = None
 ) -> dict[str, float]:
-    """Model FLOPs of one micro-batch, by the formula of the module docstring."""
+    """Model FLOPs of one micro-batch, by the formula of the module docstring; `teacher_rows_n`:
+    the rows the teacher's logits are computed for (`teacher_rows`; None: every supervised row)."""
     t = target_cfg
     hd_t = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
     p_t = linear_params(
@@ -379,7 +379,7 @@ def step_flops(
         docs_sq += float((lens * (lens + 1) / 2).sum())
     att_t = 4 * t.num_hidden_layers * t.num_attention_heads * hd_t * docs_sq
     m = float(tg.mask.sum())
-    u = teacher_rows(batch, tg, share_teacher)
+    u = m if teacher_rows_n is None else teacher_rows_n
     d = dcfg
     p_d = linear_params(
         d.hidden_size,
@@ -508,7 +508,8 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
         batch = collate(ds.with_format("numpy", columns=cols)[: tc.micro_batch_size])
         batch = {k: v.to(acc.device) for k, v in batch.items()}
         anchors, valid, tg = trainer._prepare(batch, 0)
-        fl = step_flops(target.config, dcfg, batch, anchors, valid, tg, cfg.loss.share_teacher)
+        u = teacher_rows(batch, tg, cfg.loss.share_teacher)
+        fl = step_flops(target.config, dcfg, batch, anchors, valid, tg, u)
         per_step = tc.grad_accum * acc.num_processes
         wall = sum(times)
         row = {
@@ -519,8 +520,7 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
             "step_ms": 1e3 * wall / args.steps,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             "tflop_per_step": fl["total"] * per_step / 1e12,
-            "teacher_rows_per_supervised_row": teacher_rows(batch, tg, cfg.loss.share_teacher)
-            / max(float(tg.mask.sum()), 1.0),
+            "teacher_rows_per_supervised_row": u / max(float(tg.mask.sum()), 1.0),
         }
         row["model_tflops_per_s"] = row["tflop_per_step"] * args.steps / wall
         for k in (*STEP_PHASES, *INNER_PHASES):

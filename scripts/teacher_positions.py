@@ -26,14 +26,7 @@ from train.blocks import anchor_blocks  # noqa: E402
 from train.config_io import compose_config  # noqa: E402
 from train.data import collate  # noqa: E402
 from train.setup import build_split  # noqa: E402
-
-
-def shared_positions(tg, seq_len: int) -> tuple[int, int]:
-    """-> (supervised draft rows, distinct teacher positions they read) of one batch."""
-    n = tg.labels.shape[0]
-    at = tg.label_pos - 1 + torch.arange(n)[:, None, None] * seq_len
-    kept = at[tg.mask > 0]
-    return kept.numel(), kept.unique().numel()
+from train.vocab_loss import shared_teacher_counts  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -67,7 +60,7 @@ def main(argv=None) -> int:
         for b in range(a.batches):
             batch = collate(ds.with_format("numpy", columns=cols)[b * mb : (b + 1) * mb])
             _, _, tg = anchor_blocks(batch, dcfg, t2d, anchors, cfg.seed, b, cfg.loss.decay)
-            r, p = shared_positions(tg, seq)
+            r, p = shared_teacher_counts(tg, seq)
             rows, positions = rows + r, positions + p
         table.append(
             {

@@ -364,9 +364,10 @@ def test_greedy_agreement_never_matches_a_teacher_argmax_outside_the_draft_vocab
     assert torch.equal(greedy_agreement(p_sel, top), inside)
 
 
-def test_teacher_positions_script_counts_distinct_positions():
-    """scripts/teacher_positions.py: rows and distinct positions against a brute-force count."""
-    from scripts.teacher_positions import shared_positions
+def test_shared_teacher_counts_are_rows_and_their_distinct_positions():
+    """The shared-teacher counts (scripts/teacher_positions.py, the benchmarks): rows and
+    distinct positions against a brute-force count."""
+    from train.vocab_loss import shared_teacher_counts
 
     m, ids, lm, aux, final, head, anchors, valid = setup(True)
     tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
@@ -378,7 +379,7 @@ def test_teacher_positions_script_counts_distinct_positions():
         for j in range(nd)
         if tg.mask[i, k, j] > 0
     }
-    assert shared_positions(tg, T) == (int(tg.mask.sum()), len(seen))
+    assert shared_teacher_counts(tg, T) == (int(tg.mask.sum()), len(seen))
     assert len(seen) < int(tg.mask.sum())
 
 

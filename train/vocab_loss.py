@@ -136,18 +136,30 @@ class KeptRows:
         ]
 
 
+def teacher_positions_of(tg, seq_len: int) -> torch.Tensor:
+    """[N*A*Nd]: where each draft row of `tg` (train.loss.BlockTargets) reads the teacher, row n's
+    label_pos - 1 in the teacher states flattened to [N*seq_len]."""
+    n = tg.labels.shape[0]
+    rows = torch.arange(n, device=tg.label_pos.device)[:, None] * seq_len
+    return (tg.label_pos.reshape(n, -1) - 1 + rows).reshape(-1)
+
+
+def shared_teacher_counts(tg, seq_len: int) -> tuple[int, int]:
+    """-> (supervised draft rows, distinct teacher positions they read): with `share_teacher`
+    the loss computes the teacher for the second many rows instead of the first."""
+    kept = teacher_positions_of(tg, seq_len)[tg.mask.view(-1) > 0]
+    return kept.numel(), kept.unique().numel()
+
+
 def kept_rows(
     model: DSparkDraftModel, fo, tg, teacher_final, share_teacher: bool = True
 ) -> KeptRows:
     """The supervised rows of `tg` (train.loss.BlockTargets) with the draft's outputs `fo` and
     the teacher's final hidden states [N, T, Ht] at the positions they read."""
-    n = tg.labels.shape[0]
+    n, t = teacher_final.shape[:2]
     keep = tg.mask.view(-1) > 0
     idx = keep.nonzero().squeeze(1)  # one host sync; boolean indexing would sync per tensor
-    # Each row's teacher position: row n, label_pos - 1, in the flattened [N*T] teacher states.
-    t = teacher_final.shape[1]
-    flat_pos = tg.label_pos.reshape(n, -1) - 1 + torch.arange(n, device=idx.device)[:, None] * t
-    tpos = flat_pos.reshape(-1).index_select(0, idx)
+    tpos = teacher_positions_of(tg, t).index_select(0, idx)
     teacher_row = None
     if share_teacher:  # rows that read one position side by side, the position once in th
         tpos, order = tpos.sort(stable=True)
