@@ -4,6 +4,7 @@ minutes; a poll must return as many shipped parts as one device call brings back
 in all), no more (the call would fail), no fewer (a lost machine keeps the rest)."""
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,17 @@ def test_every_distill_stage_composes_its_experiments_and_overrides(stages, expe
         assert cfg.experiment_name == name, f"{stages}: {name} names itself {cfg.experiment_name}"
 
 
-def poll(res: Path, out: Path) -> list[str]:
-    subprocess.run(
-        ["bash", str(GPU / "poll.sh"), "1"],
+def run_poll(res: Path, out: Path, seconds: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(GPU / "poll.sh"), str(seconds)],
         env={"RES": str(res), "OUT": str(out), "PATH": "/usr/bin:/bin"},
-        check=True,
         capture_output=True,
+        text=True,
     )
+
+
+def poll(res: Path, out: Path) -> list[str]:
+    assert run_poll(res, out).returncode == 0
     return sorted(p.name for p in out.iterdir())
 
 
@@ -82,3 +87,65 @@ def test_poll_returns_as_many_parts_as_one_call_carries_back(tmp_path):
     assert sent <= CALL_LIMIT
     assert poll(res, tmp_path / "out2") == sorted(["SHA256SUMS", "results.tgz", *parts[4:]])
     assert poll(res, tmp_path / "out3") == ["SHA256SUMS", "results.tgz"]
+
+
+def test_a_poll_with_no_pipeline_returns_at_once_and_says_so(tmp_path):
+    """The call that starts a pipeline can fail to get a machine while the next calls get a fresh
+    one: a poll there must not wait out its minutes of device time for a pipeline that never ran."""
+    res = tmp_path / "res"
+    res.mkdir()
+    started = time.monotonic()
+    done = run_poll(res, tmp_path / "out", seconds=60)
+    assert time.monotonic() - started < 20
+    assert done.returncode == 3
+    assert "no pipeline was started" in done.stdout
+    assert (tmp_path / "out" / "results.tgz").exists()  # what there is still comes back
+
+
+def test_a_poll_returns_at_once_when_its_pipeline_died(tmp_path):
+    res = tmp_path / "res"
+    res.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (res / "pipeline.pid").write_text(f"{dead.pid}\n")
+    started = time.monotonic()
+    done = run_poll(res, tmp_path / "out", seconds=60)
+    assert time.monotonic() - started < 20
+    assert done.returncode == 3 and "stopped before DONE" in done.stdout
+
+
+def test_a_poll_waits_while_its_pipeline_runs(tmp_path):
+    res = tmp_path / "res"
+    res.mkdir()
+    with subprocess.Popen(["sleep", "30"]) as alive:
+        (res / "pipeline.pid").write_text(f"{alive.pid}\n")
+        started = time.monotonic()
+        done = run_poll(res, tmp_path / "out", seconds=3)
+        waited = time.monotonic() - started
+        alive.kill()
+    assert waited >= 3 and done.returncode == 0, done.stdout
+
+
+def test_a_poll_follows_a_real_pipeline_to_its_end(tmp_path):
+    """run_all.sh leaves the pid the polls watch: a poll of a running pipeline returns at DONE."""
+    repo = tmp_path / "repo"
+    gpu = repo / "scripts" / "gpu"
+    gpu.mkdir(parents=True)
+    for name in ("run_all.sh", "env.sh", "poll.sh"):
+        (gpu / name).write_text((GPU / name).read_text())
+    (gpu / "nap.sh").write_text('sleep 3; echo napped >"$OUT/nap.txt"\n')
+    (gpu / "nap.stages").write_text("nap nap.sh\n")
+    res, out = tmp_path / "res", tmp_path / "out"
+    env = {"RES": str(res), "WORK": str(repo), "OUT": str(out), "PATH": "/usr/bin:/bin"}
+    subprocess.Popen(["bash", "scripts/gpu/run_all.sh", "nap"], cwd=repo, env=env)
+    for _ in range(100):  # the pid file is the pipeline's first act
+        if (res / "pipeline.pid").exists():
+            break
+        time.sleep(0.05)
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(gpu / "poll.sh"), "60"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout
+    assert 1 < time.monotonic() - started < 30  # waited for the stage, not the limit
+    assert "end nap rc=0" in done.stdout and (res / "nap.txt").read_text() == "napped\n"

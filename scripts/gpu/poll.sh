@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Watch run_all.sh for up to $1 seconds (default 540; returns early when it is DONE), then return what
+# Watch run_all.sh for up to $1 seconds (default 540; returns early when it is DONE, and at once, with
+# exit code 3, when no pipeline runs on this machine), then return what
 # has finished so far: $OUT/results.tgz (logs, JSON, small files; no weights, no ship/) and the next
 # parts of $RES/ship not yet returned (< 16 MB each), as many as the device tool returns from one
 # call: 8 files and 64 MiB in all, results.tgz and SHA256SUMS included (four 15 MB parts a poll;
@@ -13,7 +14,17 @@ if [ -f /tmp/dspark-deadline ]; then
   left=$(( $(cat /tmp/dspark-deadline) - $(date +%s) )); [ $left -lt 0 ] && left=0
   [ $((SECONDS + left)) -lt $end ] && end=$((SECONDS + left))
 fi
-while [ ! -f "$RES/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
+# A poll waits only while a pipeline runs. On 2026-12-05 the call that starts the pipeline got no
+# machine, the next call got a fresh one, and three polls waited 23 minutes of device time for a
+# pipeline that never started: now such a poll returns at once and says so.
+running() { [ -f "$RES/pipeline.pid" ] && kill -0 "$(cat "$RES/pipeline.pid")" 2>/dev/null; }
+while [ ! -f "$RES/DONE" ] && running && [ $SECONDS -lt $end ]; do sleep 5; done
+rc=0
+if [ ! -f "$RES/DONE" ] && ! running; then
+  rc=3
+  if [ -f "$RES/pipeline.pid" ]; then echo "poll: the pipeline stopped before DONE (killed?)"
+  else echo "poll: no pipeline was started on this machine (the call that starts it ran elsewhere or failed)"; fi
+fi
 cat "$RES/stages.txt" "$RES"/*/stages.txt 2>/dev/null  # the pipeline, then its branches
 for f in "$RES"/*.log "$RES"/*/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1200 "$f"; }; done
 tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' --exclude=./ship . 2>/dev/null
@@ -29,3 +40,4 @@ if [ -d "$RES/ship" ]; then
   done
 fi
 ls -la "$OUT"
+exit $rc

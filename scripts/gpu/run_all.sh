@@ -11,6 +11,7 @@ PIPELINE="${1:?usage: run_all.sh PIPELINE [FIRST_STAGE] (a scripts/gpu/PIPELINE.
 FIRST="${2:-}"  # resume a pipeline at this stage (earlier stages' outputs are still on the machine)
 RES="${RES:-/tmp/dspark-res}"; WORK="${WORK:-/tmp/dspark-repo}"
 mkdir -p "$RES" "$WORK"
+echo $$ >"$RES/pipeline.pid"  # poll.sh: a poll with no live pipeline returns at once
 # The repo is copied first: later device calls re-sync the checkout under the running stages. Started
 # from $WORK itself (a committed snapshot unpacked there, see prepare_head_carry.sh), nothing is copied.
 [ "$PWD" -ef "$WORK" ] || tar --exclude='./.c?' --exclude='./.gg?' --exclude='./.dr?' --exclude='./.v34_*' --exclude=./.git -cf - . | tar -xf - -C "$WORK"
