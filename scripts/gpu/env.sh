@@ -22,3 +22,14 @@ wait_for_vllm() {
   [ -f /tmp/vsite/.ready ] || { echo "vLLM never arrived in /tmp/vsite" >&2; return 1; }
   export PYTHONPATH="/tmp/vsite:$PYTHONPATH" VLLM_ENABLE_V1_MULTIPROCESSING=0
 }
+# wait_for_files SECONDS FILE...: until every FILE exists (a later call of the session brings it;
+# session.sh renames a file into place only once it is whole). Exit status 1, naming what is missing.
+wait_for_files() {
+  local limit=$1 f missing; shift
+  for _ in $(seq $((limit / 5 + 1))); do
+    missing=""; for f in "$@"; do [ -e "$f" ] || missing="$missing $f"; done
+    [ -z "$missing" ] && return 0
+    sleep 5
+  done
+  echo "never arrived within ${limit} s:$missing" >&2; return 1
+}

@@ -10,8 +10,9 @@ end=$((SECONDS + ${1:-540}))
 # A deadline (epoch seconds) written by the session's first call, e.g.
 #   echo $(( $(date +%s) + 1560 )) >/tmp/dspark-deadline
 # ends every poll in time to return its files before the device budget runs out.
-if [ -f /tmp/dspark-deadline ]; then
-  left=$(( $(cat /tmp/dspark-deadline) - $(date +%s) )); [ $left -lt 0 ] && left=0
+DEADLINE="${DEADLINE_FILE:-/tmp/dspark-deadline}"
+if [ -f "$DEADLINE" ]; then
+  left=$(( $(cat "$DEADLINE") - $(date +%s) )); [ $left -lt 0 ] && left=0
   [ $((SECONDS + left)) -lt $end ] && end=$((SECONDS + left))
 fi
 # A poll waits only while a pipeline runs. On 2026-12-05 the call that starts the pipeline got no
