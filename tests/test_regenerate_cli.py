@@ -218,3 +218,47 @@ def test_a_prompt_shared_by_rows_is_tokenized_once(target_dir):
     for i, msgs, ids in flat:
         own = render(msgs, add_generation_prompt=True, return_dict=True)["input_ids"]
         assert ids == list(own) and msgs == regen.regeneration_prompt(rows[i], i)
+
+
+def rows_by_index(path: Path) -> dict[int, dict]:
+    return {r["row_index"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def test_shards_join_to_what_one_engine_writes(target_dir, tmp_path):
+    """N engines (one process each, `--shard K/N`) answer disjoint chunks; joined, every row is
+    what a single engine writes (the RNG is seeded per chunk), the answers OUT already held are
+    resumed after, and a shard whose engine never started loses none of them."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(chat(i)) + "\n" for i in range(7)))
+    common = ["--target", str(target_dir), "--data", str(data), "--backend", "hf"]
+    common += ["--max-new-tokens", "4", "--batch-size", "2"]
+    single = tmp_path / "single.jsonl"
+    assert main([*common, "--out", str(single)]) == 0
+    expect = rows_by_index(single)
+
+    out = tmp_path / "all.jsonl"  # restored answers: rows 0, 1 (chunk 0) and 4 (chunk 2)
+    out.write_text("".join(json.dumps(expect[i]) + "\n" for i in (0, 1, 4)))
+    ready = tmp_path / "ready0"
+    assert main([*common, "--out", str(out), "--shard", "0/3", "--ready-file", str(ready)]) == 0
+    assert ready.exists()
+    shard0 = json.loads(Path(f"{out}.shard0-of-3.summary.json").read_text())
+    assert shard0["written_this_run"] == 1  # chunks 0 (restored) and 3 (row 6)
+    assert shard0["source_rows_missing"] == 0
+    assert main([*common, "--out", str(out), "--shard", "1/3"]) == 0  # chunk 1: rows 2, 3
+    # shard 2 (chunk 2: rows 4, 5) never ran: row 4 survives from OUT, row 5 is missing.
+    assert main(["--target", str(target_dir), "--out", str(out), "--join-shards", "3"]) == 0
+    got = rows_by_index(out)
+    assert sorted(got) == [0, 1, 2, 3, 4, 6]
+    assert all(got[i] == expect[i] for i in got)
+    assert not list(tmp_path.glob("all.jsonl.shard*"))
+    summary = json.loads((tmp_path / "all.jsonl.summary.json").read_text())
+    assert summary["rows"] == 6 and summary["engines"] == 3 and len(summary["shards"]) == 2
+    assert summary["written_this_run"] == 3 and summary["source_rows_missing"] == 1
+
+
+def test_shard_is_checked(target_dir, tmp_path, capsys):
+    args = ["--target", str(target_dir), "--data", "x", "--out", str(tmp_path / "o")]
+    for bad in ("3/3", "a/b", "1"):
+        with pytest.raises(SystemExit):
+            main([*args, "--shard", bad])
+        assert "--shard" in capsys.readouterr().err

@@ -9,6 +9,10 @@ always starts), so a run with a fixed time budget keeps what it wrote and a reru
 there. Beside OUT it writes OUT.summary.json (rows, tokens,
 finish reasons, sampling, backend, seconds), which `train.distill` copies into the checkpoint's
 provenance when OUT is its `data.train`.
+
+Several engines on one GPU (a small target's vLLM decode is bound by the host, not the GPU): run
+`--shard K/N` for K = 0..N-1, each its own process writing OUT.shardK-of-N (seeded from the rows
+OUT already holds), then `--join-shards N` (no --data) puts them together as OUT.
 """
 
 from __future__ import annotations
@@ -20,13 +24,21 @@ import time
 from pathlib import Path
 
 from train.data import load_rows
-from train.data.regenerate import BACKENDS, regenerate_responses, summarize_regenerated
+from train.data.regenerate import (
+    BACKENDS,
+    join_shards,
+    regenerate_responses,
+    seed_shard,
+    shard_of,
+    shard_path,
+    summarize_regenerated,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", required=True, help="HF folder of the target (its tokenizer too)")
-    ap.add_argument("--data", required=True, help="chat rows (.jsonl/.json/.parquet, .jsonl.gz)")
+    ap.add_argument("--data", help="chat rows (.jsonl/.json/.parquet, .jsonl.gz)")
     ap.add_argument("--out", required=True, help="regenerated rows (.jsonl), appended on resume")
     ap.add_argument("--backend", choices=BACKENDS, default="auto")
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -51,7 +63,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="vllm backend: share of the GPU's memory (default vLLM's 0.9); lower to share the GPU",
     )
+    ap.add_argument("--shard", default=None, metavar="K/N", help="answer only shard K of N")
+    ap.add_argument("--ready-file", default=None, help="touched once the engine is built")
+    ap.add_argument(
+        "--join-shards", type=int, default=None, metavar="N", help="join OUT's N shard files"
+    )
     a = ap.parse_args(argv)
+    if a.join_shards is not None:
+        return join(a.out, a.join_shards, a.target)
+    if a.data is None:
+        ap.error("--data is needed (all but --join-shards)")
+    shard = parse_shard(ap, a.shard)
     if a.vllm_gpu_memory is not None and not 0 < a.vllm_gpu_memory <= 1:
         ap.error(f"--vllm-gpu-memory must be in (0, 1], got {a.vllm_gpu_memory}")
     vllm_options = {
@@ -73,19 +95,22 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--max-seconds must be >= 0, got {a.max_seconds}")
     t0 = time.perf_counter()
     deadline = None if a.max_seconds is None else time.monotonic() + a.max_seconds
+    out = a.out if shard == (0, 1) else seed_shard(a.out, *shard, a.batch_size)
     written = regenerate_responses(
         rows,
         a.target,
         tokenizer,
         sampling,
-        a.out,
+        out,
         a.batch_size,
         backend=a.backend,
         on_bad_row="skip",
         vllm_options=vllm_options,
         deadline=deadline,
+        shard=shard,
+        on_ready=a.ready_file and (lambda: Path(a.ready_file).touch()),
     )
-    summary = summarize_regenerated(a.out, tokenizer)
+    summary = summarize_regenerated(out, tokenizer)
     summary.update(
         source=a.data,
         source_rows=len(rows),
@@ -93,10 +118,56 @@ def main(argv: list[str] | None = None) -> int:
         seconds_this_run=round(time.perf_counter() - t0, 1),
         vllm_options_this_run=vllm_options,
         max_seconds_this_run=a.max_seconds,
-        source_rows_missing=len(rows) - summary["rows"],
+        source_rows_missing=own_rows(len(rows), a.batch_size, shard) - summary["rows"],
+        shard=list(shard),
     )
-    Path(a.out + ".summary.json").write_text(json.dumps(summary, indent=2))
+    Path(out + ".summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def own_rows(rows: int, batch_size: int, shard: tuple[int, int]) -> int:
+    """How many of `rows` source rows fall in this shard."""
+    return sum(1 for i in range(rows) if shard_of(i, batch_size, shard[1]) == shard[0])
+
+
+def parse_shard(ap, text: str | None) -> tuple[int, int]:
+    if text is None:
+        return (0, 1)
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        ap.error(f"--shard takes K/N (e.g. 0/4), got {text!r}")
+    if not 0 <= k < n:
+        ap.error(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return (k, n)
+
+
+def join(out: str, n: int, target: str) -> int:
+    """`--join-shards N`: OUT from its shard files; OUT.summary.json from the joined rows, with
+    each shard's own summary (seconds, rows written) under "shards"."""
+    from transformers import AutoTokenizer
+
+    shards = []
+    for k in range(n):
+        path = Path(shard_path(out, k, n) + ".summary.json")
+        if path.exists():
+            shards.append(json.loads(path.read_text()))
+            path.unlink()
+    joined = join_shards(out, n)
+    base = shards[0] if shards else {}
+    summary = {
+        **{k: v for k, v in base.items() if k.startswith("source") or k.startswith("vllm")},
+        **summarize_regenerated(out, AutoTokenizer.from_pretrained(target)),
+        "engines": n,
+        "written_this_run": sum(s.get("written_this_run", 0) for s in shards),
+        "seconds_this_run": max((s.get("seconds_this_run", 0) for s in shards), default=0),
+        "joined_from": joined["from"],
+        "shards": shards,
+    }
+    summary["source_rows_missing"] = summary.get("source_rows", summary["rows"]) - summary["rows"]
+    Path(out + ".summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps({k: v for k, v in summary.items() if k != "shards"}, indent=2))
     return 0
 
 

@@ -3,7 +3,7 @@
 # (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
 #     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--turns later]
-#     [--restore-only]
+#     [--restore-only] [--engines N]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -17,6 +17,12 @@
 #   lists the held-out prompts first, then the train prompts once per sample, so a cut run still
 #   holds every held-out prompt and each train prompt's first answers.
 # --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.
+# --engines N (default 1): N vLLM engines share the GPU, each its own process answering every Nth
+#   chunk of 1,024 prompts (train.regenerate --shard K/N, then --join-shards N), each with 0.9/N of
+#   the memory (or --gpu-memory's share / N); engine K+1 starts once engine K is built (vLLM's
+#   start-up memory profile asserts when another process frees GPU memory meanwhile). The loop of
+#   one engine is bound by the host (above), and the machine has 16 cores. Not yet measured with
+#   N > 1: the joined summary and this stage's log give the answers a second.
 # --restore-only: restore the shipped answers (below) and split them, without vLLM or new answers.
 # --temperature T (default 0.7, with top-p 0.8): 0 writes the target's greedy answers, the
 #   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
@@ -32,7 +38,7 @@
 # run resumes after them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
-RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS=""
+RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS="" ENGINES=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -43,6 +49,7 @@ while [ $# -gt 0 ]; do
     --restore-only) RESTORE_ONLY=1; shift ;;
     --temperature) TEMPERATURE=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
+    --engines) ENGINES=$2; shift 2 ;;
     --turns) [ "$2" = later ] || { echo "--turns takes only 'later'" >&2; exit 2; }; PROMPTS=.later; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -67,10 +74,31 @@ esac
 # (16.9k answer tokens/s with CUDA graphs vs about 15k eager, 2026-12-04), and in one process the
 # loop also builds every step's outputs.
 unset VLLM_ENABLE_V1_MULTIPROCESSING
-[ -n "$RESTORE_ONLY" ] || python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
-  --out $ALL --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" --top-p 0.8 --max-new-tokens 512 \
-  --batch-size 4096 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} \
-  ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY} 2>&1 | grep --line-buffered -v "it/s\]"
+regenerate() {  # regenerate [ARGS...]: the target answers the prompt file into $ALL (or a shard)
+  python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
+    --out $ALL --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" \
+    --top-p 0.8 --max-new-tokens 512 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} "$@" 2>&1 |
+    grep --line-buffered -v "it/s\]"
+}
+if [ -n "$RESTORE_ONLY" ]; then :
+elif [ "$ENGINES" = 1 ]; then
+  regenerate --batch-size 4096 ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY}
+else
+  share=$(python3 -c "print(round(${MEMORY:-0.9} / $ENGINES, 3))") start=$SECONDS
+  for k in $(seq 0 $((ENGINES - 1))); do
+    left=""; [ -z "$MAX_SECONDS" ] || left=$((MAX_SECONDS - (SECONDS - start)))
+    [ -z "$left" ] || [ "$left" -gt 30 ] || { echo "engine $k not started: ${left}s left"; break; }
+    ready=$D/.engine$k.ready; rm -f "$ready"
+    regenerate --batch-size 1024 --shard "$k/$ENGINES" --vllm-gpu-memory "$share" \
+      --ready-file "$ready" ${left:+--max-seconds $left} >"$OUT/regenerate_${TAG}_engine$k.log" &
+    pid=$!
+    while [ ! -f "$ready" ] && kill -0 $pid 2>/dev/null; do sleep 2; done
+    echo "engine $k: $([ -f "$ready" ] && echo "built after $((SECONDS - start)) s" || echo "ended before it was built")"
+  done
+  wait
+  python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --out $ALL --join-shards "$ENGINES"
+  python3 -c "import json; s = json.load(open('$ALL.summary.json')); print(f\"{s['engines']} engines: {s['written_this_run']} answers in {s['seconds_this_run']} s\")"
+fi
 python3 - "$TAG" <<'PY'
 import json, sys
 D, tag = "artifacts/smollm2-data", sys.argv[1]

@@ -152,6 +152,8 @@ def regenerate_responses(
     on_bad_row: str = "error",
     vllm_options: dict | None = None,
     deadline: float | None = None,
+    shard: tuple[int, int] = (0, 1),
+    on_ready=None,
 ) -> int:
     """Regenerate rows not yet in `out_path` (see module doc); returns the number of rows written.
 
@@ -161,7 +163,13 @@ def regenerate_responses(
     `cuda_graphs` / `max_num_seqs` / `gpu_memory_utilization` (vllm backend only). `deadline`: a
     `time.monotonic()` to be done by: no chunk starts after it, nor one that the previous chunk's
     duration says would end past it (the first always starts); a rerun resumes from there.
+    `shard=(k, n)`: only chunks c with c % n == k, for n engines sharing one GPU (each its own
+    process and `out_path`; `join_shards` puts them together). `on_ready()`: called once the
+    engine is built, before the first chunk (so a caller can start the next engine then).
     """
+    k, n = shard
+    if not 0 <= k < n:
+        raise ValueError(f"shard must be (k, n) with 0 <= k < n, got {shard}")
     sampling = _sampling(sampling)
     if on_bad_row not in ("error", "skip"):
         raise ValueError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
@@ -179,13 +187,21 @@ def regenerate_responses(
     chunks, skipped = _chunks(rows, batch_size, tokenizer, template_kwargs or {}, on_bad_row)
     if skipped:
         log.warning("skipped %d malformed rows (first: %s)", len(skipped), skipped[0])
-    todo = [c for c in chunks if not all(i in done for i, _, _ in c)]
+    todo = [
+        c
+        for c in chunks
+        if shard_of(c[0][0], batch_size, n) == k and not all(i in done for i, _, _ in c)
+    ]
     if not todo:
+        if on_ready is not None:
+            on_ready()
         return 0
     if backend == "vllm":
         generate = VLLMGenerator(model, tokenizer, sampling, **(vllm_options or {}))
     else:
         generate = HFGenerator(model, tokenizer, sampling)
+    if on_ready is not None:
+        on_ready()
     written = 0
     bar = tqdm(total=sum(len(c) for c in todo), unit="row", desc="regenerate")
     try:
@@ -219,6 +235,60 @@ def regenerate_responses(
         bar.close()
         generate.close()
     return written
+
+
+def shard_of(row_index: int, batch_size: int, n: int) -> int:
+    """The shard (of n) whose engine answers this row: its fixed chunk's number mod n, so a run
+    cut by a deadline holds the first chunks of every shard (the held-out prompts come first)."""
+    return (row_index // batch_size) % n
+
+
+def shard_path(out_path: str | os.PathLike, k: int, n: int) -> str:
+    return f"{os.fspath(out_path)}.shard{k}-of-{n}"
+
+
+def seed_shard(out_path: str | os.PathLike, k: int, n: int, batch_size: int) -> str:
+    """Shard k's own file beside `out_path`; made on first use from the rows `out_path` already
+    holds for that shard (answers restored from an earlier session), so the shard resumes after
+    them. Returns its path."""
+    part = shard_path(out_path, k, n)
+    if os.path.exists(part) or not os.path.exists(out_path):
+        return part
+    with open(out_path, encoding="utf-8") as src, open(part + ".tmp", "w", encoding="utf-8") as dst:
+        for line in src:
+            if line.endswith("\n") and shard_of(json.loads(line)["row_index"], batch_size, n) == k:
+                dst.write(line)
+    os.replace(part + ".tmp", part)
+    return part
+
+
+def join_shards(out_path: str | os.PathLike, n: int) -> dict:
+    """Put the n shard files (and the rows `out_path` already held) together as `out_path`, one
+    line per row index (the first seen), written whole then renamed; the shard files go. A shard
+    whose engine never started is simply absent. Returns {"rows", "from"}: rows per source."""
+    out_path = os.fspath(out_path)
+    sources = [out_path] + [shard_path(out_path, k, n) for k in range(n)]
+    seen, counts = set(), {}
+    with open(out_path + ".tmp", "w", encoding="utf-8") as dst:
+        for src in sources:
+            if not os.path.exists(src):
+                continue
+            added = 0
+            with open(src, encoding="utf-8") as f:
+                for line in f:
+                    if not line.endswith("\n"):
+                        continue  # a torn last line: the shard's rerun would redo it
+                    i = int(json.loads(line)["row_index"])
+                    if i not in seen:
+                        seen.add(i)
+                        dst.write(line)
+                        added += 1
+            counts[src] = added
+    os.replace(out_path + ".tmp", out_path)
+    for src in sources[1:]:
+        if os.path.exists(src):
+            os.remove(src)
+    return {"rows": len(seen), "from": counts}
 
 
 def summarize_regenerated(out_path: str | os.PathLike, tokenizer) -> dict:
