@@ -41,6 +41,16 @@ def machine(tmp_path):
     return repo, env, tmp_path
 
 
+def session(repo: Path, env: dict, pipeline: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "scripts/gpu/session.sh", pipeline],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
 def call(repo: Path, env: dict, carry: dict[str, dict[str, str]]) -> str:
     """One device call: the carried folders appear in the tree, the session line runs, the
     folders go again (the next call carries its own)."""
@@ -48,13 +58,7 @@ def call(repo: Path, env: dict, carry: dict[str, dict[str, str]]) -> str:
         (repo / folder).mkdir()
         for name, text in files.items():
             (repo / folder / name).write_text(text)
-    done = subprocess.run(
-        ["bash", "scripts/gpu/session.sh", "join"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    done = session(repo, env, "join")
     for folder in carry:
         for f in (repo / folder).iterdir():
             f.unlink()
@@ -109,11 +113,5 @@ def test_a_file_already_taken_in_is_not_rewritten(machine):
 
 def test_an_unknown_pipeline_is_refused(machine):
     repo, env, _ = machine
-    done = subprocess.run(
-        ["bash", "scripts/gpu/session.sh", "nope"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    done = session(repo, env, "nope")
     assert done.returncode == 2 and "no scripts/gpu/nope.stages" in done.stderr

@@ -36,6 +36,14 @@ def target_dir(tmp_path_factory):
     return d
 
 
+def hf_args(target_dir, tmp_path, rows: int) -> list[str]:
+    """CLI arguments for `rows` chat rows answered by the HF backend, 4 tokens, chunks of 2."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(chat(i)) + "\n" for i in range(rows)))
+    args = ["--target", str(target_dir), "--data", str(data), "--backend", "hf"]
+    return args + ["--max-new-tokens", "4", "--batch-size", "2"]
+
+
 def test_cli_regenerates_resumes_and_summarises(target_dir, tmp_path, capsys):
     data = tmp_path / "rows.jsonl"
     rows = [chat(i) for i in range(5)]
@@ -154,10 +162,7 @@ def test_deadline_stops_between_chunks_and_a_rerun_completes(target_dir, tmp_pat
 
     from train.data import regenerate as regen
 
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(chat(i)) + "\n" for i in range(5)))
-    args = ["--target", str(target_dir), "--data", str(data), "--backend", "hf"]
-    args += ["--max-new-tokens", "4", "--batch-size", "2"]
+    args = hf_args(target_dir, tmp_path, rows=5)
     whole = tmp_path / "whole.jsonl"
     assert main([*args, "--out", str(whole)]) == 0
 
@@ -228,10 +233,7 @@ def test_shards_join_to_what_one_engine_writes(target_dir, tmp_path):
     """N engines (one process each, `--shard K/N`) answer disjoint chunks; joined, every row is
     what a single engine writes (the RNG is seeded per chunk), the answers OUT already held are
     resumed after, and a shard whose engine never started loses none of them."""
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(chat(i)) + "\n" for i in range(7)))
-    common = ["--target", str(target_dir), "--data", str(data), "--backend", "hf"]
-    common += ["--max-new-tokens", "4", "--batch-size", "2"]
+    common = hf_args(target_dir, tmp_path, rows=7)
     single = tmp_path / "single.jsonl"
     assert main([*common, "--out", str(single)]) == 0
     expect = rows_by_index(single)
