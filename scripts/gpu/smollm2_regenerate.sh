@@ -33,6 +33,11 @@
 # --tag NAME (default regen): the files are all.NAME.jsonl, train.NAME.jsonl and heldout.NAME.jsonl
 #   (each with its .summary.json), so a second set of answers (e.g. --temperature 0 --tag greedy)
 #   sits beside the first and smollm2_mix.sh can join them.
+# A CPU rehearsal of the stage's own logic (prompts, engines, shards, join, splits), no vLLM:
+#   REGEN_BACKEND=hf REGEN_MAX_ROWS=12 REGEN_MAX_NEW_TOKENS=4 REGEN_CHUNK=4 OUT=/tmp/x \
+#     bash scripts/gpu/smollm2_regenerate.sh --engines 3 --tag rehearsal
+#   (the target in artifacts/smollm2-135m-instruct, the rows in artifacts/smollm2-data as
+#   smollm2_target.sh leaves them).
 # Answers an earlier session wrote (`smollm2_pack.sh data [NAME]` shipped them as
 # smollm2_NAME.tgz.*; carry them into /tmp/carry before vLLM arrives) are restored first and this
 # run resumes after them: with the same --samples the prompt file is the same, row for row.
@@ -55,6 +60,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$RESTORE_ONLY" ] && SERIES=none
+BACKEND="${REGEN_BACKEND:-vllm}"; [ "$BACKEND" = vllm ] || SERIES=none
 case "$SERIES" in none|0.26|0.34) ;; *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;; esac
 D=artifacts/smollm2-data ALL=artifacts/smollm2-data/all.$TAG.jsonl
 if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
@@ -76,8 +82,8 @@ esac
 unset VLLM_ENABLE_V1_MULTIPROCESSING
 regenerate() {  # regenerate [ARGS...]: the target answers the prompt file into $ALL (or a shard)
   python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
-    --out $ALL --backend vllm ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" \
-    --top-p 0.8 --max-new-tokens 512 ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} "$@" 2>&1 |
+    --out $ALL --backend "$BACKEND" ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" \
+    --top-p 0.8 --max-new-tokens "${REGEN_MAX_NEW_TOKENS:-512}" ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} "$@" 2>&1 |
     grep --line-buffered -v "it/s\]"
 }
 if [ -n "$RESTORE_ONLY" ]; then :
@@ -89,7 +95,7 @@ else
     left=""; [ -z "$MAX_SECONDS" ] || left=$((MAX_SECONDS - (SECONDS - start)))
     [ -z "$left" ] || [ "$left" -gt 30 ] || { echo "engine $k not started: ${left}s left"; break; }
     ready=$D/.engine$k.ready; rm -f "$ready"
-    regenerate --batch-size 1024 --shard "$k/$ENGINES" --vllm-gpu-memory "$share" \
+    regenerate --batch-size "${REGEN_CHUNK:-1024}" --shard "$k/$ENGINES" --vllm-gpu-memory "$share" \
       --ready-file "$ready" ${left:+--max-seconds $left} >"$OUT/regenerate_${TAG}_engine$k.log" &
     pid=$!
     while [ ! -f "$ready" ] && kill -0 $pid 2>/dev/null; do sleep 2; done
