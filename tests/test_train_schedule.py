@@ -326,10 +326,16 @@ def test_a_wsd_run_replans_halfway_and_ends_its_schedule_in_budget(
     last = train[-1]["step"]
     assert 0.95 * horizon <= last <= horizon
     o = compose_config(fast(target, out, *args)).optim
-    curve = curve_reference("wsd", o, horizon, horizon + 1)
+    # Up to the re-plan the first plan's curve holds, after it the re-planned one (their warm-ups
+    # differ when the horizons do: 110 -> 1,000 steps on a fast machine moves it from 4 to 40
+    # steps, and steps 23-39 ran at the full rate before the re-plan at step 66).
+    replan = int(second.group(3))
+    before = curve_reference("wsd", o, int(first.group(1)), horizon + 1)
+    after = curve_reference("wsd", o, horizon, horizon + 1)
     for r in train:
         if r["step"] > RATE_SKIP_STEPS + RATE_STEPS:
-            assert r["lr"] == pytest.approx(o.lr * curve[r["step"]], rel=1e-6)
+            curve = before if r["step"] <= replan else after
+            assert r["lr"] == pytest.approx(o.lr * curve[r["step"]], rel=1e-6), r["step"]
     if last == horizon:  # annealed
         assert train[-1]["lr"] == pytest.approx(o.lr * o.min_lr_ratio, rel=0.05)
 
