@@ -22,6 +22,7 @@ from common.target import target_head_weights
 from train.compile_cache import load_compile_cache, save_compile_cache
 from train.config_io import BadConfig, compose_config
 from train.export import export_final
+from train.layer_init import copy_target_layers
 from train.objective import init_draft_weights
 from train.setup import (
     REGENERATED_NAME,
@@ -98,6 +99,18 @@ def run(cfg) -> dict:
     draft.init_from_target(
         embed.float(), head.float(), *((vmap.d2t, vmap.t2d) if vmap is not None else ())
     )
+    if cfg.init_layers_from_target is not None:
+        if cfg.init_from:
+            raise SetupError(
+                "init_from and init_layers_from_target both set: init_from replaces "
+                "every draft weight, so the layer copy would be lost; keep one"
+            )
+        layer_init = copy_target_layers(draft, target, cfg.init_layers_from_target)
+        acc.print(
+            f"[distill] draft layers from target layers {layer_init['target_layers']}: "
+            f"copied {', '.join(layer_init['copied'])}; fresh: "
+            f"{', '.join(layer_init['kept_fresh']) or 'none'}"
+        )
     init_from = warm_start(draft, cfg.init_from, embed, head) if cfg.init_from else None
     note = warmup_note(cfg.optim, cfg.trainer.max_steps) if init_from else None
     if note:

@@ -169,6 +169,9 @@ class DistillCfg:
     # an exported draft (OUTPUT/final of a run) to start from instead of fresh weights; the
     # optimizer, schedule and data start afresh (train/warm_start.py)
     init_from: str | None = None
+    # target layer ids the draft's decoder layers start from, one per draft layer (negative: from
+    # the end); null: fresh weights (train/layer_init.py)
+    init_layers_from_target: list[int] | None = None
     print_config: bool = False
     target: TargetCfg = field(default_factory=TargetCfg)
     draft: DraftCfg = field(default_factory=DraftCfg)
