@@ -124,28 +124,3 @@ def test_a_poll_waits_while_its_pipeline_runs(tmp_path):
         waited = time.monotonic() - started
         alive.kill()
     assert waited >= 3 and done.returncode == 0, done.stdout
-
-
-def test_a_poll_follows_a_real_pipeline_to_its_end(tmp_path):
-    """run_all.sh leaves the pid the polls watch: a poll of a running pipeline returns at DONE."""
-    repo = tmp_path / "repo"
-    gpu = repo / "scripts" / "gpu"
-    gpu.mkdir(parents=True)
-    for name in ("run_all.sh", "env.sh", "poll.sh"):
-        (gpu / name).write_text((GPU / name).read_text())
-    (gpu / "nap.sh").write_text('sleep 3; echo napped >"$OUT/nap.txt"\n')
-    (gpu / "nap.stages").write_text("nap nap.sh\n")
-    res, out = tmp_path / "res", tmp_path / "out"
-    env = {"RES": str(res), "WORK": str(repo), "OUT": str(out), "PATH": "/usr/bin:/bin"}
-    subprocess.Popen(["bash", "scripts/gpu/run_all.sh", "nap"], cwd=repo, env=env)
-    for _ in range(100):  # the pid file is the pipeline's first act
-        if (res / "pipeline.pid").exists():
-            break
-        time.sleep(0.05)
-    started = time.monotonic()
-    done = subprocess.run(
-        ["bash", str(gpu / "poll.sh"), "60"], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stdout
-    assert 1 < time.monotonic() - started < 30  # waited for the stage, not the limit
-    assert "end nap rc=0" in done.stdout and (res / "nap.txt").read_text() == "napped\n"

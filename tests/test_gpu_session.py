@@ -115,3 +115,22 @@ def test_an_unknown_pipeline_is_refused(machine):
     repo, env, _ = machine
     done = session(repo, env, "nope")
     assert done.returncode == 2 and "no scripts/gpu/nope.stages" in done.stderr
+
+
+def test_a_poll_follows_a_real_pipeline_to_its_end(machine):
+    """run_all.sh leaves the pid the polls watch: a poll of a running pipeline returns at DONE."""
+    repo, env, tmp = machine
+    gpu = repo / "scripts" / "gpu"
+    (gpu / "nap.sh").write_text('sleep 3; echo napped >"$OUT/nap.txt"\n')
+    (gpu / "nap.stages").write_text("nap nap.sh\n")
+    res = tmp / "res"
+    subprocess.Popen(["bash", "scripts/gpu/run_all.sh", "nap"], cwd=repo, env=env)
+    for _ in range(100):  # the pid file is the pipeline's first act
+        if (res / "pipeline.pid").exists():
+            break
+        time.sleep(0.05)
+    started = time.monotonic()
+    done = poll(env)
+    assert done.returncode == 0, done.stdout
+    assert 1 < time.monotonic() - started < 30  # waited for the stage, not the limit
+    assert "end nap rc=0" in done.stdout and (res / "nap.txt").read_text() == "napped\n"

@@ -2,10 +2,10 @@
 # Device side of prepare_draft_carry.sh: wait (up to 10 min) for both parts of the carried draft in
 # /tmp/carry, rebuild model.safetensors, check its sha256 and put the folder at $1 (default
 # outputs/smollm2_dspark/final), where the serve and gate stages read it.
-set -euo pipefail; cd "$(dirname "$0")/../.."
+set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 C=/tmp/carry; DST="${1:-outputs/smollm2_dspark/final}"
-for _ in $(seq 120); do [ -f $C/draft.weights.01 ] && [ -f $C/SHA256SUMS.draft ] && break; sleep 5; done
-[ -f $C/draft.weights.01 ] || { echo "the draft's second part (.dr2) never arrived in $C" >&2; exit 1; }
+wait_for_files 600 $C/draft.weights.01 $C/SHA256SUMS.draft ||
+  { echo "the draft's second part (.dr2) never arrived in $C" >&2; exit 1; }
 mkdir -p "$DST"
 cat $C/draft.weights.0* >"$DST/model.safetensors"
 for f in $C/draft.*; do

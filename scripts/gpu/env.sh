@@ -18,8 +18,7 @@ export OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 export VLLM_USE_FLASHINFER_SAMPLER=0
 # vLLM (vllm_install.sh puts it in /tmp/vsite): wait_for_vllm blocks until it is there, then adds it.
 wait_for_vllm() {
-  for _ in $(seq 240); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
-  [ -f /tmp/vsite/.ready ] || { echo "vLLM never arrived in /tmp/vsite" >&2; return 1; }
+  wait_for_files 1200 /tmp/vsite/.ready || { echo "vLLM never arrived in /tmp/vsite" >&2; return 1; }
   export PYTHONPATH="/tmp/vsite:$PYTHONPATH" VLLM_ENABLE_V1_MULTIPROCESSING=0
 }
 # wait_for_files SECONDS FILE...: until every FILE exists (a later call of the session brings it;
