@@ -8,6 +8,8 @@
 # costs only what it carried: on 2026-12-05 the first call of a batch (the one that started the
 # pipeline) got no machine, the second got a fresh one, and the pipeline never ran. Stages wait for
 # what later calls bring (the target for its GGUF parts, vLLM stages for /tmp/vsite/.ready).
+# Send call 1 alone and the rest as a batch once it has a machine: after a call gets none, every
+# call for the next ~10 minutes is refused at 15 s of device time each (2026-12-05: 241 s lost).
 # Where things go: .whl -> /tmp/carry/.whl; .gg1/.gg2/.data/.rg/.dr1/.dr2 files -> /tmp/carry;
 # vLLM 0.26's .c1a/.c1b/.c2a/.c2b/.c3/.c4 -> /tmp/vx. A file already there is never rewritten (a
 # stage may be reading it): carry a folder in two calls and the second copy is a no-op.
