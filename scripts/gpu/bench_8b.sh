@@ -5,10 +5,11 @@
 #   train_smollm2   the same at the SmolLM2-135M shape
 #   vllm_a / vllm_b scripts/gpu/vllm_round_cost.py: target step vs DSpark round (32k and full
 #                   vocab, K=7) at batch 1/8/32/128, and the eager profile of a round
-#   vllm_k          the same for K = 5, 3, 1 (skip: SKIP_KSWEEP=1)
-#   (train_qwen3_8b is skipped with SKIP_TRAIN_8B=1)
+#   vllm_k          the same for K = 5, 3, 1
+# SKIP_STAGES="NAME ..." leaves those stages out (a session with less device time: the 8B rows'
+# goals are met, the K sweep has none; the adaptive stage is CPU math that can run anywhere).
 #   adaptive        scripts/gpu/adaptive_emulation.py on the measured costs (CPU)
-# vLLM 0.26 must be in /tmp/vsite (scripts/gpu/vllm_install.sh; waited for up to 2 min).
+# vLLM 0.26 must be in /tmp/vsite (scripts/gpu/vllm_install.sh; env.sh's wait_for_vllm waits for it).
 # Run from the repo root: `bash scripts/gpu/bench_8b.sh [all|train|vllm]` (or detached, as run_all.sh
 # is): `train` runs the two training stages alone (no vLLM needed), `vllm` the rest.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
@@ -16,6 +17,7 @@ PART="${1:-all}"
 case "$PART" in all|train|vllm) ;; *) echo "usage: bench_8b.sh [all|train|vllm]" >&2; exit 2 ;; esac
 stage() {  # stage NAME SECONDS CMD...: run in its own process group, killed whole at the limit
   local name=$1 limit=$2; shift 2
+  case " ${SKIP_STAGES:-} " in *" $name "*) echo "$(date +%T) skip $name" >>"$OUT/stages.txt"; return ;; esac
   echo "$(date +%T) start $name" >>"$OUT/stages.txt"
   setsid "$@" >"$OUT/$name.log" 2>&1 & local pid=$!
   ( sleep "$limit"; kill -TERM -- -"$pid" 2>/dev/null; sleep 10; kill -KILL -- -"$pid" 2>/dev/null ) &
@@ -30,8 +32,7 @@ if [ "$PART" != vllm ]; then
 # The rows measured on 2026-12-03/04 (docs/benchmarks.md) are not rerun: the compiled target, the
 # teacher once per position against once per row (loss.share_teacher), the compiled loss.
 T8=fused_flex_tflex_compile_tcompile MB="+loss.chunk_tokens=8192+trainer.micro_batch_size=64"
-# SKIP_TRAIN_8B=1 leaves out the 8B rows (their goals are met) when a session has less device time.
-[ "${SKIP_TRAIN_8B:-0}" = 1 ] || stage train_qwen3_8b 300 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
+stage train_qwen3_8b 300 python3 scripts/bench_train.py --json "$OUT/train_qwen3_8b.json" \
   step8b --shape qwen3_8b --keep-going --no-matmul \
   --variants "$T8" "$T8+loss.share_teacher=false" "${T8}_lcompile"
 stage train_smollm2 240 python3 scripts/bench_train.py --json "$OUT/train_smollm2.json" \
@@ -40,13 +41,12 @@ stage train_smollm2 240 python3 scripts/bench_train.py --json "$OUT/train_smollm
   "${T8}_lcompile$MB"
 fi
 if [ "$PART" != train ]; then
-for _ in $(seq 24); do [ -f /tmp/vsite/.ready ] && break; sleep 5; done
-export PYTHONPATH="/tmp/vsite:$PYTHONPATH"
+wait_for_vllm || true  # its stages then fail fast and say so in their logs
 VR=(python3 scripts/gpu/vllm_round_cost.py --out "$OUT/vllm_round" --child-timeout 200)
 # Each call skips what an earlier one finished, so a configuration cut by one limit runs next.
 stage vllm_a 240 "${VR[@]}" --budget-s 225 --configs target dspark_v32k_k7
 stage vllm_b 220 "${VR[@]}" --budget-s 200 --configs target dspark_v32k_k7 dspark_vfull_k7 profile
-[ "${SKIP_KSWEEP:-0}" = 1 ] || stage vllm_k 220 "${VR[@]}" --budget-s 200 --configs target \
+stage vllm_k 220 "${VR[@]}" --budget-s 200 --configs target \
   dspark_v32k_k7 dspark_vfull_k7 profile dspark_v32k_k5 dspark_v32k_k3 dspark_v32k_k1
 stage adaptive 60 python3 scripts/gpu/adaptive_emulation.py --costs "$OUT/vllm_round/results.json" \
   --out "$OUT/adaptive"
