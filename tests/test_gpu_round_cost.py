@@ -149,3 +149,20 @@ def test_summary_has_every_headline_key_with_its_source(tmp_path):
     for k in keys:
         assert s[k] is not None and (tmp_path / s[f"{k}_source"]).exists(), k
     assert s["train_tokens_per_s"] == 20.0 and s["train_variant"] == "b"
+
+
+def test_bench_8b_leaves_out_the_stages_skip_stages_names(tmp_path):
+    """A short session names stages to leave out; they are recorded as skipped, never run."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, OUT=str(tmp_path), SKIP_STAGES="train_qwen3_8b train_smollm2")
+    subprocess.run(["bash", "scripts/gpu/bench_8b.sh", "train"], cwd=root, env=env, timeout=120)
+    stages = (tmp_path / "stages.txt").read_text().split("\n")
+    assert [line.split()[1:] for line in stages if line] == [
+        ["skip", "train_qwen3_8b"],
+        ["skip", "train_smollm2"],
+    ]
+    assert not (tmp_path / "train_smollm2.log").exists()
