@@ -86,6 +86,27 @@ def test_cost_model_recovers_the_draft_cost():
     assert float(1 / cost.round_table(8)(64)) == pytest.approx(1.5e-3 + cost.t_verify(64))
 
 
+def test_a_prefill_priced_verify_dearer_than_the_round_keeps_the_model_exact():
+    """At batch 1 a prefill step of 8 tokens cost more than a whole decode round (7.6 vs 7.06 ms,
+    2026-12-05): t_draft goes negative instead of 0, so verifying all 7 costs t_round(1, 7)."""
+    res = synthetic_results(draft_ms=-0.5)
+    cost = ae.CostModel.from_results(res)
+    assert cost.t_draft(1) < 0
+    assert cost.t_adaptive(1, 8) == pytest.approx(cost.t_round[(1, 7)])
+    check = {(c["batch"], c["k"]): c for c in ae.model_check(cost)}
+    assert check[(1, 3)]["model_over_measured"] == pytest.approx(1.0, rel=1e-3)  # table interp.
+
+    class Args:
+        draws, spread, conf_noise = 2, 1.0, 0.0
+
+    for c in res["configs"].values():  # flat verify cost, dearer than a round
+        for d in c["decode"].values():
+            d["median_ms"] = 6.0 + (1.0 if "k" in c else 0.0)
+    res["configs"]["target"]["forward_ms_by_tokens"] = {str(m): 7.5 for m in (1, 2048)}
+    r = ae.emulate(ae.CostModel.from_results(res), 1, 3.0, Args)
+    assert r["adaptive_round_sps"] == pytest.approx(r["plain_k7"], rel=1e-9)
+
+
 def test_alphas_match_tau_and_calibrated_confidences():
     a = ae.draw_alphas(4.0, 1.0, 4096, seed=0)
     assert ae.mean_tau(a) == pytest.approx(4.0, abs=1e-6)
