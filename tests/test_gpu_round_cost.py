@@ -187,3 +187,18 @@ def test_bench_8b_leaves_out_the_stages_skip_stages_names(tmp_path):
         ["skip", "train_smollm2"],
     ]
     assert not (tmp_path / "train_smollm2.log").exists()
+
+
+def test_best_prefix_reaches_past_algorithm_1s_first_non_improvement():
+    """A cost that rises steeply for the first admissions, then flattens: Algorithm 1 stops at
+    the first admission that lowers Theta; the best prefix (argmax of Theta, brute force here
+    over every prefix) admits past it, and its Theta is never lower."""
+    from common.sampling.adaptive import theta_curve
+
+    conf = torch.full((4, 7), 0.9, dtype=torch.float64)
+    table = SPSTable([4, 5, 12, 32], [100.0, 60.0, 55.0, 50.0])
+    order, theta = theta_curve(conf, table)
+    greedy = ae.plan_verify_lengths(conf, table).verify_len
+    best = ae.best_prefix_lengths(conf, table)
+    assert int(greedy.sum()) == 0 and int(best.sum()) == int(torch.argmax(theta)) > 0
+    assert max(float(theta[m]) for m in range(len(theta))) == float(theta[int(best.sum())])

@@ -28,7 +28,9 @@ Policies (speed-up = tokens/s over target-only's B / t_step(B), ratio of means o
 batches): plain K = 7; the best fixed K in {1, 3, 5, 7} (measured t_round(B, K)); adaptive with
 the round-rate table SPS_B(m) = 1 / (t_draft(B) + t_verify(m)) (written as sps_round_bB.json:
 the table a server at batch B should load); adaptive with the verify-only table (what the
-engine's own start-up profile measures).
+engine's own start-up profile measures); and, with the round table, the best prefix of the same
+admission order (the argmax of Theta instead of Algorithm 1's stop at the first admission that
+does not improve it: what that rule leaves where the verify cost rises steeply from the start).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from common.sampling.adaptive import SPSTable, plan_verify_lengths  # noqa: E402
+from common.sampling.adaptive import SPSTable, plan_verify_lengths, theta_curve  # noqa: E402
 
 N_DRAFT = 7
 
@@ -144,12 +146,21 @@ def expected_tokens(alpha: torch.Tensor, verify_len: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------- policies
+def best_prefix_lengths(conf: torch.Tensor, table: SPSTable) -> torch.Tensor:
+    """[R] verify lengths admitting the prefix of Algorithm 1's order that maximises Theta."""
+    R, N = conf.shape
+    order, theta = theta_curve(conf, table)
+    admit = torch.zeros(R * N, dtype=torch.bool)
+    admit[order[: int(torch.argmax(theta))]] = True
+    return admit.view(R, N).sum(1)
+
+
 def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
     """Speed-ups of the policies at batch b and mean acceptance length tau."""
     t_step = cost.t_step[b]
     base_rate = b / t_step
     tables = {"adaptive_round_sps": cost.round_table(b), "adaptive_verify_sps": cost.verify}
-    acc = {k: [0.0, 0.0] for k in tables}  # [tokens, seconds]
+    acc = {k: [0.0, 0.0] for k in (*tables, "adaptive_best_prefix")}  # [tokens, seconds]
     fixed = {k: [0.0, 0.0] for k in (1, 3, 5, 7) if (b, k) in cost.t_round}
     verified = {k: 0.0 for k in tables}
     for d in range(args.draws):
@@ -164,6 +175,9 @@ def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
             acc[name][0] += expected_tokens(alpha, v)
             acc[name][1] += cost.t_adaptive(b, b + int(v.sum()))
             verified[name] += float(v.float().mean()) / args.draws
+        v = best_prefix_lengths(conf, tables["adaptive_round_sps"])
+        acc["adaptive_best_prefix"][0] += expected_tokens(alpha, v)
+        acc["adaptive_best_prefix"][1] += cost.t_adaptive(b, b + int(v.sum()))
     out = {"batch": b, "tau": tau}
     out["plain_k7"] = fixed[7][0] / fixed[7][1] / base_rate
     for name, (tok, sec) in acc.items():
@@ -205,6 +219,7 @@ def main(argv=None) -> int:
         "best_fixed_k",
         "adaptive_round_sps",
         "adaptive_verify_sps",
+        "adaptive_best_prefix",
     )
     print(
         f"speed-up over target-only; logit(alpha_r) ~ N(mu, {args.spread}^2), confidence logit "
