@@ -189,16 +189,20 @@ def test_bench_8b_leaves_out_the_stages_skip_stages_names(tmp_path):
     assert not (tmp_path / "train_smollm2.log").exists()
 
 
-def test_best_prefix_reaches_past_algorithm_1s_first_non_improvement():
-    """A cost that rises steeply for the first admissions, then flattens: Algorithm 1 stops at
-    the first admission that lowers Theta; the best prefix (argmax of Theta, brute force here
-    over every prefix) admits past it, and its Theta is never lower."""
-    from common.sampling.adaptive import theta_curve
+def test_vllm_budget_searches_past_algorithm_1s_first_non_improvement():
+    """A verify cost that rises steeply for the first admissions, then flattens: Algorithm 1
+    stops at the first admission that lowers Theta and verifies nothing; vLLM 0.34's budget (the
+    first argmax over every budget) verifies all, and is the brute-force best of every budget."""
+    res = synthetic_results(draft_ms=1.0)
+    res["configs"]["target"]["forward_ms_by_tokens"] = {"8": 5.0, "9": 9.0, "24": 9.5, "64": 10.0}
+    cost = ae.CostModel.from_results(res)
+    conf = torch.full((8, 7), 0.9, dtype=torch.float64)
+    table = cost.round_table(8)
+    assert int(ae.plan_verify_lengths(conf, table).verify_len.sum()) == 0
+    v = ae.vllm_budget_lengths(conf, cost, 8)
+    assert int(v.sum()) == 56
 
-    conf = torch.full((4, 7), 0.9, dtype=torch.float64)
-    table = SPSTable([4, 5, 12, 32], [100.0, 60.0, 55.0, 50.0])
-    order, theta = theta_curve(conf, table)
-    greedy = ae.plan_verify_lengths(conf, table).verify_len
-    best = ae.best_prefix_lengths(conf, table)
-    assert int(greedy.sum()) == 0 and int(best.sum()) == int(torch.argmax(theta)) > 0
-    assert max(float(theta[m]) for m in range(len(theta))) == float(theta[int(best.sum())])
+    def rate(m):  # expected tokens per second verifying the m best slots (all equal here)
+        return (8 + sum(0.9 ** (1 + i // 8) for i in range(m))) / cost.t_adaptive(8, 8 + m)
+
+    assert max(range(57), key=rate) == 56

@@ -28,9 +28,10 @@ Policies (speed-up = tokens/s over target-only's B / t_step(B), ratio of means o
 batches): plain K = 7; the best fixed K in {1, 3, 5, 7} (measured t_round(B, K)); adaptive with
 the round-rate table SPS_B(m) = 1 / (t_draft(B) + t_verify(m)) (written as sps_round_bB.json:
 the table a server at batch B should load); adaptive with the verify-only table (what the
-engine's own start-up profile measures); and, with the round table, the best prefix of the same
-admission order (the argmax of Theta instead of Algorithm 1's stop at the first admission that
-does not improve it: what that rule leaves where the verify cost rises steeply from the start).
+engine's own start-up profile measures); and vLLM 0.34's own policy on the same costs
+(common/sampling/draft_budget.py: one draft budget per batch, the first argmax of expected tokens
+over the round's cost across every budget, handed out by survival), which searches past the
+first admission that does not pay, where Algorithm 1 stops.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from common.sampling.adaptive import SPSTable, plan_verify_lengths, theta_curve  # noqa: E402
+from common.sampling.adaptive import SPSTable, plan_verify_lengths  # noqa: E402
+from common.sampling.draft_budget import allocation_by_budget, choose_draft_budget  # noqa: E402
 
 N_DRAFT = 7
 
@@ -146,13 +148,13 @@ def expected_tokens(alpha: torch.Tensor, verify_len: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------- policies
-def best_prefix_lengths(conf: torch.Tensor, table: SPSTable) -> torch.Tensor:
-    """[R] verify lengths admitting the prefix of Algorithm 1's order that maximises Theta."""
-    R, N = conf.shape
-    order, theta = theta_curve(conf, table)
-    admit = torch.zeros(R * N, dtype=torch.bool)
-    admit[order[: int(torch.argmax(theta))]] = True
-    return admit.view(R, N).sum(1)
+def vllm_budget_lengths(conf: torch.Tensor, cost: CostModel, b: int) -> torch.Tensor:
+    """[R] verify lengths by vLLM 0.34's draft budget (its varlen batch: m drafts verified cost
+    an adaptive round over b + m tokens), with this round's confidences (no copy lag)."""
+    r, n = conf.shape
+    drafts = torch.full((r,), n, dtype=torch.long)
+    step_cost = torch.tensor([cost.t_adaptive(b, b + m) for m in range(r * n + 1)])
+    return allocation_by_budget(conf, drafts)[choose_draft_budget(conf, drafts, step_cost)]
 
 
 def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
@@ -160,7 +162,7 @@ def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
     t_step = cost.t_step[b]
     base_rate = b / t_step
     tables = {"adaptive_round_sps": cost.round_table(b), "adaptive_verify_sps": cost.verify}
-    acc = {k: [0.0, 0.0] for k in (*tables, "adaptive_best_prefix")}  # [tokens, seconds]
+    acc = {k: [0.0, 0.0] for k in (*tables, "vllm034_budget")}  # [tokens, seconds]
     fixed = {k: [0.0, 0.0] for k in (1, 3, 5, 7) if (b, k) in cost.t_round}
     verified = {k: 0.0 for k in tables}
     for d in range(args.draws):
@@ -175,9 +177,9 @@ def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
             acc[name][0] += expected_tokens(alpha, v)
             acc[name][1] += cost.t_adaptive(b, b + int(v.sum()))
             verified[name] += float(v.float().mean()) / args.draws
-        v = best_prefix_lengths(conf, tables["adaptive_round_sps"])
-        acc["adaptive_best_prefix"][0] += expected_tokens(alpha, v)
-        acc["adaptive_best_prefix"][1] += cost.t_adaptive(b, b + int(v.sum()))
+        v = vllm_budget_lengths(conf, cost, b)
+        acc["vllm034_budget"][0] += expected_tokens(alpha, v)
+        acc["vllm034_budget"][1] += cost.t_adaptive(b, b + int(v.sum()))
     out = {"batch": b, "tau": tau}
     out["plain_k7"] = fixed[7][0] / fixed[7][1] / base_rate
     for name, (tok, sec) in acc.items():
@@ -219,7 +221,7 @@ def main(argv=None) -> int:
         "best_fixed_k",
         "adaptive_round_sps",
         "adaptive_verify_sps",
-        "adaptive_best_prefix",
+        "vllm034_budget",
     )
     print(
         f"speed-up over target-only; logit(alpha_r) ~ N(mu, {args.spread}^2), confidence logit "
