@@ -7,7 +7,7 @@
 #   bash scripts/gpu/train_smollm2_batch.sh        -> $OUT/train_smollm2_batch.{json,log}
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 V=fused_flex_tflex_compile_tcompile_lcompile
-timeout -k 10 230 python3 scripts/bench_train.py --json "$OUT/train_smollm2_batch.json" \
+timeout -k 10 150 python3 scripts/bench_train.py --json "$OUT/train_smollm2_batch.json" \
   step8b --shape smollm2_135m --steps 5 --keep-going \
   --variants "$V+loss.chunk_tokens=8192+trainer.micro_batch_size=64" \
   "$V+loss.chunk_tokens=16384+trainer.micro_batch_size=128" \
