@@ -24,7 +24,7 @@ from torch import nn
 
 from common.config import DSparkConfig
 from common.model.heads import ConfidenceHead, MarkovHead
-from common.model.layers import DraftLayer, RMSNorm
+from common.model.layers import DraftLayer, RMSNorm, Rotary, rotary
 from common.model.masks import training_block_mask, training_block_mask_flex
 
 
@@ -103,14 +103,21 @@ class DSparkDraftModel(nn.Module):
         """Per-layer context K/V. ctx_states: [N, C, L*T], positions: [N, C]
         -> list over layers of (k, v), each [N, C, nkv, hd] (k normed and rotated)."""
         c = self.fuse_context(ctx_states)
-        return [layer.self_attn.kv(c, positions) for layer in self.layers]
+        rot = self.rotary(positions)
+        return [layer.self_attn.kv(c, rot) for layer in self.layers]
+
+    def rotary(self, positions: torch.Tensor) -> Rotary:
+        """The rotary cos/sin every layer applies at these positions (computed once)."""
+        cfg = self.config
+        return rotary(positions, cfg.head_dim, cfg.rope_theta, self.fc.weight.dtype)
 
     def backbone(self, block_ids, block_pos, ctx_kv, mask) -> torch.Tensor:
         """block_ids/block_pos: [N, Q]; ctx_kv: from `context_kv`; mask: [N, Q, C+Q]
         -> [N, Q, H] post-final-norm hidden."""
         x = self.embed_tokens(block_ids).to(self.fc.weight.dtype)
+        rot = self.rotary(block_pos)
         for layer, kv in zip(self.layers, ctx_kv, strict=True):
-            x = layer(x, block_pos, kv, mask)
+            x = layer(x, rot, kv, mask)
         return self.norm(x)
 
     def block_input_ids(self, anchor_ids: torch.Tensor) -> torch.Tensor:
