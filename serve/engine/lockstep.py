@@ -109,10 +109,14 @@ class Lockstep:
             self._send(([], False))
 
     def close(self) -> None:
-        """Release the followers (their `follow` returns). Under torchrun a Ctrl-C reaches every
-        rank at once, so the followers may be gone already: said, not raised."""
+        """Release the followers (their `follow` returns) and wait until each has the message:
+        a rank that tore its process group down while a follower still read the close message's
+        second broadcast made that follower abort ("terminate called without an active
+        exception", seen 2026-12-05). Under torchrun a Ctrl-C reaches every rank at once, so the
+        followers may be gone already: said, not raised."""
         try:
             self._send(None)
+            dist.barrier()  # follow() meets it once the close message is in
         except RuntimeError as e:  # gloo/NCCL: the peer closed the connection
             logger.info("tp followers already gone at shutdown: %s", str(e).splitlines()[0])
 
@@ -129,6 +133,7 @@ def follow(engine: Engine) -> int:
         box = [None]
         dist.broadcast_object_list(box, src=0)
         if box[0] is None:
+            dist.barrier()  # Lockstep.close waits here before anyone tears the world down
             return steps
         log, step = box[0]
         for op in log:
