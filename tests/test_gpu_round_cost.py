@@ -198,7 +198,7 @@ def test_vllm_budget_searches_past_algorithm_1s_first_non_improvement():
     conf = torch.full((8, 7), 0.9, dtype=torch.float64)
     table = cost.round_table(8)
     assert int(ae.plan_verify_lengths(conf, table).verify_len.sum()) == 0
-    v = ae.vllm_budget_lengths(conf, cost, 8)
+    v = ae.vllm_budget_lengths(conf, ae.budget_costs(cost, 8))
     assert int(v.sum()) == 56
 
     def rate(m):  # expected tokens per second verifying the m best slots (all equal here)

@@ -148,13 +148,18 @@ def expected_tokens(alpha: torch.Tensor, verify_len: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------- policies
-def vllm_budget_lengths(conf: torch.Tensor, cost: CostModel, b: int) -> torch.Tensor:
-    """[R] verify lengths by vLLM 0.34's draft budget (its varlen batch: m drafts verified cost
-    an adaptive round over b + m tokens), with this round's confidences (no copy lag)."""
+def vllm_budget_lengths(conf: torch.Tensor, step_cost: torch.Tensor) -> torch.Tensor:
+    """[R] verify lengths by vLLM 0.34's draft budget, with this round's confidences (no copy
+    lag). step_cost: [R N + 1] a round's cost verifying m = 0..R N drafts (`budget_costs`)."""
     r, n = conf.shape
     drafts = torch.full((r,), n, dtype=torch.long)
-    step_cost = torch.tensor([cost.t_adaptive(b, b + m) for m in range(r * n + 1)])
     return allocation_by_budget(conf, drafts)[choose_draft_budget(conf, drafts, step_cost)]
+
+
+def budget_costs(cost: CostModel, b: int) -> torch.Tensor:
+    """vLLM's varlen batch: verifying m of the b * 7 drafts costs an adaptive round over b + m
+    tokens, m = 0..b * 7."""
+    return torch.tensor([cost.t_adaptive(b, b + m) for m in range(b * N_DRAFT + 1)])
 
 
 def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
@@ -162,9 +167,15 @@ def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
     t_step = cost.t_step[b]
     base_rate = b / t_step
     tables = {"adaptive_round_sps": cost.round_table(b), "adaptive_verify_sps": cost.verify}
-    acc = {k: [0.0, 0.0] for k in (*tables, "vllm034_budget")}  # [tokens, seconds]
+    policies = {  # name -> [R, 7] confidences -> [R] verify lengths
+        name: (lambda conf, table=table: plan_verify_lengths(conf, table).verify_len)
+        for name, table in tables.items()
+    }
+    step_cost = budget_costs(cost, b)
+    policies["vllm034_budget"] = lambda conf: vllm_budget_lengths(conf, step_cost)
+    acc = {k: [0.0, 0.0] for k in policies}  # [tokens, seconds]
     fixed = {k: [0.0, 0.0] for k in (1, 3, 5, 7) if (b, k) in cost.t_round}
-    verified = {k: 0.0 for k in tables}
+    verified = {k: 0.0 for k in policies}
     for d in range(args.draws):
         alpha = draw_alphas(tau, args.spread, b, seed=1000 * d + b)
         for k in fixed:
@@ -172,14 +183,11 @@ def emulate(cost: CostModel, b: int, tau: float, args) -> dict:
             fixed[k][0] += expected_tokens(alpha, full)
             fixed[k][1] += cost.t_round[(b, k)]
         conf = confidences(alpha, args.conf_noise, seed=7 + d)
-        for name, table in tables.items():
-            v = plan_verify_lengths(conf, table).verify_len
+        for name, plan in policies.items():
+            v = plan(conf)
             acc[name][0] += expected_tokens(alpha, v)
             acc[name][1] += cost.t_adaptive(b, b + int(v.sum()))
             verified[name] += float(v.float().mean()) / args.draws
-        v = vllm_budget_lengths(conf, cost, b)
-        acc["vllm034_budget"][0] += expected_tokens(alpha, v)
-        acc["vllm034_budget"][1] += cost.t_adaptive(b, b + int(v.sum()))
     out = {"batch": b, "tau": tau}
     out["plain_k7"] = fixed[7][0] / fixed[7][1] / base_rate
     for name, (tok, sec) in acc.items():

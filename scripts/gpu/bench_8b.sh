@@ -6,9 +6,9 @@
 #   vllm_a / vllm_b scripts/gpu/vllm_round_cost.py: target step vs DSpark round (32k and full
 #                   vocab, K=7) at batch 1/8/32/128, and the eager profile of a round
 #   vllm_k          the same for K = 5, 3, 1
+#   adaptive        scripts/gpu/adaptive_emulation.py on the measured costs (CPU)
 # SKIP_STAGES="NAME ..." leaves those stages out (a session with less device time: the 8B rows'
 # goals are met, the K sweep has none; the adaptive stage is CPU math that can run anywhere).
-#   adaptive        scripts/gpu/adaptive_emulation.py on the measured costs (CPU)
 # vLLM 0.26 must be in /tmp/vsite (scripts/gpu/vllm_install.sh; env.sh's wait_for_vllm waits for it).
 # Run from the repo root: `bash scripts/gpu/bench_8b.sh [all|train|vllm]` (or detached, as run_all.sh
 # is): `train` runs the two training stages alone (no vLLM needed), `vllm` the rest.

@@ -60,13 +60,13 @@ def summarize(out: Path) -> dict:
                     speedup_tau4_b128_adaptive=r["adaptive_round_sps"],
                     speedup_tau4_b128_adaptive_source=src,
                 )
-                for key, col in (("best_fixed_k", "best_fixed"), ("vllm034_budget", None)):
-                    if r.get(col or key) is not None:  # absent from older emulation files
-                        s[f"speedup_tau4_b128_{key}"] = r[col or key]
-                        s[f"speedup_tau4_b128_{key}_source"] = src
-                if r.get("best_fixed_k") is not None:
-                    s["best_fixed_k_tau4_b128"] = r["best_fixed_k"]
-                    s["best_fixed_k_tau4_b128_source"] = src
+                for key, col in (
+                    ("speedup_tau4_b128_best_fixed_k", "best_fixed"),
+                    ("best_fixed_k_tau4_b128", "best_fixed_k"),
+                    ("speedup_tau4_b128_vllm034_budget", "vllm034_budget"),
+                ):
+                    if r.get(col) is not None:  # absent from older emulation files
+                        s[key], s[f"{key}_source"] = r[col], src
     return s
 
 
