@@ -24,6 +24,19 @@ class Capture:
     final: torch.Tensor
     past_key_values: object | None = None
 
+    def finite(self) -> torch.Tensor:
+        """On the device, no host sync: every captured and final hidden state is finite."""
+        return torch.isfinite(self.aux).all() & torch.isfinite(self.final).all()
+
+
+def require_finite_target(finite) -> None:
+    """Raise for a `Capture.finite()` flag (read on the host) that is False."""
+    if not bool(finite):
+        raise FloatingPointError(
+            "NaN/Inf in the target's hidden states: check the target dtype (bf16 overflow?) "
+            "and the input ids"
+        )
+
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder layer list of an HF causal LM (model.model.layers for Llama/Qwen families)."""
@@ -41,6 +54,8 @@ class TargetCapture:
     """Hooks `layer_ids` of `model`; call it like the model, get a `Capture`."""
 
     def __init__(self, model: nn.Module, layer_ids: list[int], check_finite: bool = False):
+        """check_finite: raise on NaN/Inf states at once (a host sync per call); a caller that
+        batches its syncs leaves it off and checks `Capture.finite()` itself."""
         self.model, self.layer_ids, self.check_finite = model, list(layer_ids), check_finite
         layers = decoder_layers(model)
         bad = [i for i in self.layer_ids if not 0 <= i < len(layers) - 1]
@@ -71,16 +86,12 @@ class TargetCapture:
         out = self.model.get_decoder()(input_ids=input_ids, use_cache=use_cache, **kwargs)
         aux = torch.cat([self._store[i] for i in self.layer_ids], dim=-1)
         self._store.clear()
-        if self.check_finite and not bool(  # one host sync for both checks
-            torch.isfinite(aux).all() & torch.isfinite(out[0]).all()
-        ):
-            raise FloatingPointError(
-                "NaN/Inf in the target's hidden states: check the target dtype (bf16 overflow?) "
-                "and the input ids"
-            )
         # transformers >= 5.2x names the cache `cache`; older 5.x `past_key_values`.
         cache = out.get("cache", None) if "cache" in out else out.get("past_key_values", None)
-        return Capture(aux, out.last_hidden_state, cache)
+        cap = Capture(aux, out.last_hidden_state, cache)
+        if self.check_finite:  # one host sync for both checks
+            require_finite_target(cap.finite())
+        return cap
 
 
 def target_head_weights(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:

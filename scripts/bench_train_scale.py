@@ -314,7 +314,10 @@ def instrument(trainer, timer) -> None:
     """Time the trainer's step parts without touching its code: its collaborators are wrapped
     on this instance (anchors = `_prepare`, target forward = the capture, draft + loss forward =
     the objective's forward, backward = `accelerator.backward`, optimizer = clip + step +
-    zero_grad). The draft/loss/teacher split inside comes from `train.phases` marks."""
+    zero_grad). The draft/loss/teacher split inside comes from `train.phases` marks.
+    The trainer draws the next step's batches and anchors while the device runs a step, so
+    `anchors` holds only the device work they add (copies, block targets); the host's sampling
+    shows only where the device waits for it, as `other`."""
 
     def timed(name, fn):
         def call(*a, **k):

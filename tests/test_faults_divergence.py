@@ -126,3 +126,64 @@ def test_bad_batch_is_skipped_within_the_allowance(target, reference, tmp_path, 
 def test_negative_max_bad_batches_is_refused(target, tmp_path, capsys):
     assert main(fast(target, tmp_path / "o", *STEPS, "trainer.max_bad_batches=-1")) == 2
     assert "trainer.max_bad_batches" in capsys.readouterr().err
+
+
+def test_nan_in_the_target_states_stops_at_that_step(target, tmp_path, monkeypatch, capsys):
+    """The target's finite check is read with the step's other flags (no host sync of its own):
+    a NaN hidden state still stops the run at that step, before any update, naming the target."""
+    seen = {"step": None}
+    step, capture = trainer_mod.Trainer.train_step, trainer_mod.capture_batch
+
+    def counted(self):
+        seen["step"] = self.step + 1
+        try:
+            return step(self)
+        finally:
+            seen["step"] = None
+
+    def poisoned(cap, batch):
+        out = capture(cap, batch)
+        if seen["step"] == BAD_STEP:
+            out.final = out.final * float("nan")
+        return out
+
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", counted)
+    monkeypatch.setattr(trainer_mod, "capture_batch", poisoned)
+    out = tmp_path / "run"
+    assert main(fast(target, out, *STEPS)) == 2
+    assert "NaN/Inf in the target's hidden states" in capsys.readouterr().err
+    assert [s for s, _ in _train_losses(out)] == list(range(1, BAD_STEP))
+
+
+def test_every_step_trains_on_the_anchors_of_its_step(target, tmp_path, monkeypatch):
+    """The next step's batches and anchors are drawn while a step runs; a skipped batch leaves
+    the step count where it was, so the batches drawn after it are anchored again: every forward
+    trains on the anchors a step-by-step run keys to the step it belongs to."""
+    from train.anchors import sample_anchors
+
+    seen = poison(monkeypatch, BAD_STEP, "loss")
+    records = []
+    forward = DistillObjective.forward
+
+    def record(self, *args):
+        if self.training:
+            batch = {k: v.clone() for k, v in args[3].items()}
+            records.append((seen["trainer"].step, batch, args[4].clone(), args[5].clone()))
+        return forward(self, *args)
+
+    monkeypatch.setattr(DistillObjective, "forward", record)
+    assert main(fast(target, tmp_path / "run", *STEPS, "trainer.max_bad_batches=1")) == 0
+    cfg = seen["trainer"].cfg
+    steps = [s for s, *_ in records]
+    # 7 forwards for 6 steps: the skipped batch and the one after it share a step count.
+    assert steps == list(range(BAD_STEP)) + list(range(BAD_STEP - 1, 6))
+    for step, batch, anchors, valid in records:
+        want_anchors, want_valid = sample_anchors(
+            batch["loss_mask"],
+            cfg.trainer.num_anchors,
+            cfg.seed,
+            step,
+            batch["input_ids"],
+            batch.get("doc_ids"),
+        )
+        assert torch.equal(anchors, want_anchors) and torch.equal(valid, want_valid)

@@ -37,23 +37,27 @@ def document_causal_block_mask(doc_ids):
 
 
 def anchor_blocks(
-    batch: dict, draft_cfg, t2d, num_anchors: int, seed: int, step: int, decay: float
+    batch: dict,
+    draft_cfg,
+    t2d,
+    num_anchors: int,
+    seed: int,
+    step: int,
+    decay: float,
+    host: dict | None = None,
 ):
-    """-> (anchors [N, A], valid [N, A], BlockTargets) for one batch at `step` (-1: evaluation)."""
+    """-> (anchors [N, A], valid [N, A], BlockTargets) for one batch at `step` (-1: evaluation).
+    The sampler draws on the CPU from each row's content: `host` is the batch's CPU copy where
+    the caller has one (no device sync); otherwise the batch is copied to the CPU here (one
+    copy per tensor, not a sync per row)."""
     doc_ids = batch.get("doc_ids")
-    # The sampler draws on the CPU from each row's content: hand it CPU copies (three copies in
-    # all, instead of a device sync per row), then move its result back.
     dev = batch["loss_mask"].device
-    cpu = {k: batch[k].cpu() for k in ("loss_mask", "input_ids")}
+    keys = ("loss_mask", "input_ids", "doc_ids")
+    cpu = host if host is not None else {k: batch[k].cpu() for k in keys if k in batch}
     anchors, valid = sample_anchors(
-        cpu["loss_mask"],
-        num_anchors,
-        seed,
-        step,
-        cpu["input_ids"],
-        doc_ids.cpu() if doc_ids is not None else None,
+        cpu["loss_mask"], num_anchors, seed, step, cpu["input_ids"], cpu.get("doc_ids")
     )
-    anchors, valid = anchors.to(dev), valid.to(dev)
+    anchors, valid = anchors.to(dev, non_blocking=True), valid.to(dev, non_blocking=True)
     tg: BlockTargets = block_targets(
         batch["input_ids"],
         batch["loss_mask"],

@@ -26,7 +26,7 @@ from accelerate.utils import broadcast
 from tqdm.auto import tqdm
 
 from common.model import DSparkDraftModel
-from common.target import TargetCapture, target_head_weights
+from common.target import TargetCapture, require_finite_target, target_head_weights
 from train.anchors import answer_head_mask
 from train.blocks import anchor_blocks, capture_batch
 from train.data import build_dataloader
@@ -48,6 +48,19 @@ from train.state import (
 class TrainingDiverged(FloatingPointError):
     """A non-finite loss or gradient norm with no bad-batch allowance left; the message names the
     step, the rows and the checkpoint to resume from."""
+
+
+@dataclass
+class Drawn:
+    """One optimizer step's micro-batches: the loader's state before them, their positions (for
+    naming rows), the CPU batches, and (device batch, anchors, valid, BlockTargets) per micro-batch
+    with the anchors keyed to `step`."""
+
+    loader_before: dict
+    positions: list[tuple[int, int]]
+    hosts: list[dict]
+    micro: list[tuple]
+    step: int
 
 
 @dataclass
@@ -76,7 +89,8 @@ class Trainer:
         tc = cfg.trainer
         if tc.max_bad_batches < 0:
             raise SetupError(f"trainer.max_bad_batches={tc.max_bad_batches}: must be >= 0")
-        self.capture = TargetCapture(target, draft.config.target_layer_ids, check_finite=True)
+        # Its finite check is read with the step's other flags (one host sync a step).
+        self.capture = TargetCapture(target, draft.config.target_layer_ids)
         self.teacher_head = target_head_weights(target)[1]
         objective = DistillObjective(draft, cfg.loss, tc.get("compile_loss", False))
         params = [p for p in objective.parameters() if p.requires_grad]
@@ -102,6 +116,7 @@ class Trainer:
             rank=self.rank,
             world_size=self.world,
             num_workers=tc.num_workers,
+            pin_memory=accelerator.device.type == "cuda",
         )
         if len(self.loader) == 0:
             raise RuntimeError(
@@ -113,6 +128,7 @@ class Trainer:
         self.bad_batches = 0  # non-finite batches skipped so far (trainer.max_bad_batches)
         self.eval_batch_s: list[float] = []  # the last evaluation's seconds per batch
         self._iter = None
+        self._ahead: Drawn | None = None  # the next step's batches, drawn during this one
         ckpt = latest_checkpoint(output_dir) if cfg.resume else None
         if ckpt is not None:
             state = load_checkpoint_state(accelerator, ckpt, fingerprint)
@@ -126,20 +142,58 @@ class Trainer:
 
     # ------------------------------------------------------------------ data
     def _next_batch(self) -> dict[str, torch.Tensor]:
+        """The loader's next batch, on the CPU."""
         while True:
             if self._iter is None:
                 self._iter = iter(self.loader)
             batch = next(self._iter, None)
             if batch is not None:
-                return {k: v.to(self.acc.device) for k, v in batch.items()}
+                return batch
             self._iter = None  # epoch finished; the loader advanced its epoch
 
-    def _prepare(self, batch, step: int):
+    def _prepare(self, batch, step: int, host: dict | None = None):
         cfg = self.cfg
         draft = self.acc.unwrap_model(self.objective).draft
         return anchor_blocks(
-            batch, draft.config, draft.t2d, cfg.trainer.num_anchors, cfg.seed, step, cfg.loss.decay
+            batch,
+            draft.config,
+            draft.t2d,
+            cfg.trainer.num_anchors,
+            cfg.seed,
+            step,
+            cfg.loss.decay,
+            host,
         )
+
+    def _draw(self, step: int) -> Drawn:
+        """One optimizer step's micro-batches, on the device, anchors keyed to `step`."""
+        loader_before, positions, hosts = self.loader.state_dict(), [], []
+        for _ in range(self.cfg.trainer.grad_accum):
+            hosts.append(self._next_batch())
+            positions.append(self._position())
+        drawn = Drawn(loader_before, positions, hosts, [], step)
+        return self._anchor(drawn, step)
+
+    def _anchor(self, drawn: Drawn, step: int) -> Drawn:
+        """`drawn`'s batches on the device with their anchors keyed to `step`."""
+        micro = []
+        for host in drawn.hosts:
+            batch = {k: v.to(self.acc.device, non_blocking=True) for k, v in host.items()}
+            micro.append((batch, *self._prepare(batch, step, host)))
+        drawn.micro, drawn.step = micro, step
+        return drawn
+
+    def _take_drawn(self) -> Drawn:
+        """This step's batches: those drawn ahead during the last step (anchored again if that
+        step was skipped, so the anchors are those a step-by-step run draws), else new ones."""
+        drawn, self._ahead = self._ahead, None
+        if drawn is None:
+            return self._draw(self.step)
+        return drawn if drawn.step == self.step else self._anchor(drawn, self.step)
+
+    def _loader_state(self) -> dict:
+        """The data position after the last finished step (before any batches drawn ahead)."""
+        return self._ahead.loader_before if self._ahead else self.loader.state_dict()
 
     def _position(self) -> tuple[int, int]:
         """(epoch, consumed) of the batch just drawn: it holds rows [consumed - B*W, consumed)."""
@@ -171,24 +225,20 @@ class Trainer:
 
     # ------------------------------------------------------------------ steps
     def train_step(self) -> dict:
-        tc = self.cfg.trainer
-        loader_before = self.loader.state_dict()
-        micro, positions = [], []
-        for _ in range(tc.grad_accum):
-            batch = self._next_batch()
-            positions.append(self._position())
-            micro.append((batch, *self._prepare(batch, self.step)))
+        drawn = self._take_drawn()
         dens = {}
-        for _, _, _, tg in micro:
+        for _, _, _, tg in drawn.micro:
             for k, v in tg.dens().items():
                 dens[k] = dens.get(k, 0) + v
         dens = self._reduce(dens)
         totals: dict[str, torch.Tensor] = {}
         tokens = 0
         finite = torch.ones((), device=self.acc.device)
-        for i, (batch, anchors, valid, tg) in enumerate(micro):
+        target_finite = torch.ones((), dtype=torch.bool, device=self.acc.device)
+        for i, (batch, anchors, valid, tg) in enumerate(drawn.micro):
             cap = capture_batch(self.capture, batch)
-            sync = i == len(micro) - 1
+            target_finite = target_finite & cap.finite()
+            sync = i == len(drawn.micro) - 1
             ctx = contextlib.nullcontext() if sync else self.acc.no_sync(self.objective)
             with ctx:
                 loss, sums = self.objective(
@@ -200,16 +250,27 @@ class Trainer:
                 totals[k] = totals.get(k, 0) + v
             tokens += batch["input_ids"].numel()
         grad_norm = self.acc.clip_grad_norm_(self.objective.parameters(), self.cfg.optim.clip)
+        # The next step's batches and anchors are host work: done while the device runs this
+        # step, before the one host sync that reads this step's flags.
+        self._ahead = self._draw(self.step + 1)
+        flags = torch.stack(
+            [
+                self.acc.reduce(finite, reduction="sum"),
+                target_finite.float(),
+                torch.as_tensor(grad_norm, device=finite.device).float(),
+            ]
+        ).tolist()
+        require_finite_target(flags[1])
         # One rank's bad loss must cancel the step everywhere (the grad norm is already global).
-        bad_ranks = self.world - self.acc.reduce(finite, reduction="sum").item()
-        if bad_ranks > 0 or not math.isfinite(float(grad_norm)):
+        bad_ranks, grad_norm = self.world - flags[0], flags[2]
+        if bad_ranks > 0 or not math.isfinite(grad_norm):
             self.opt.zero_grad(set_to_none=True)
             what = "loss" if bad_ranks > 0 else "gradient norm"
             return {
                 "skipped": True,
-                "reason": f"non-finite {what} (grad_norm={float(grad_norm)})",
-                "rows": self._rows_of(positions),
-                "loader_before": loader_before,
+                "reason": f"non-finite {what} (grad_norm={grad_norm})",
+                "rows": self._rows_of(drawn.positions),
+                "loader_before": drawn.loader_before,
             }
         self.opt.step()
         self.sched.step()
@@ -220,7 +281,7 @@ class Trainer:
             + self.cfg.loss.l1_weight * out["l1"]
             + self.cfg.loss.bce_weight * out.get("bce", 0.0)
         )
-        out["grad_norm"] = float(grad_norm)
+        out["grad_norm"] = grad_norm
         out["lr"] = self.sched.get_last_lr()[0]
         out["tokens"] = tokens * self.world
         out["bad_batches"] = self.bad_batches
@@ -278,7 +339,7 @@ class Trainer:
 
     def save(self, loader_state: dict | None = None):
         state = {
-            "loader": loader_state or self.loader.state_dict(),
+            "loader": loader_state or self._loader_state(),
             "fingerprint": self.fingerprint,
             "bad_batches": self.bad_batches,
         }
