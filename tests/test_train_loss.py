@@ -397,3 +397,42 @@ def test_teacher_positions_script_reports_less_sharing_with_fewer_anchors(target
     few, many = json.loads(out.read_text())
     assert 0 < many["positions_per_row"] < few["positions_per_row"] <= 1
     assert many["supervised_rows"] > few["supervised_rows"]
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_rows_planned_ahead_give_the_same_loss_without_planning_in_the_forward(share, monkeypatch):
+    """The trainer plans the loss's rows and chunks while the previous step runs: the loss then
+    reads that plan (no host sync in its forward) and gives the loss, gradients and metrics it
+    computes when it plans them itself; a plan made for other settings is not used."""
+    from train import vocab_loss
+
+    m, ids, lm, aux, final, head, anchors, valid = setup(True)
+    got = []
+    for ahead in (False, True):
+        m.zero_grad()
+        fo = m.forward_train(aux, ids, anchors, valid)
+        tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+        with monkeypatch.context() as mp:
+            if ahead:
+                tg.plan = vocab_loss.plan_rows(tg, T, share, 3)
+
+                def refuse(*_a, **_k):
+                    raise AssertionError("the loss planned rows it was handed")
+
+                mp.setattr(vocab_loss, "plan_rows", refuse)
+                mp.setattr(vocab_loss, "chunk_spans", refuse)
+            loss, sums = distill_loss(
+                m, fo, tg, final, head, tg.dens(), chunk_tokens=3, share_teacher=share
+            )
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        got.append({**grads, **sums, "loss": loss.detach()})
+    assert got[0].keys() == got[1].keys()
+    for k in got[0]:
+        assert torch.equal(got[0][k], got[1][k]), k
+    # A plan for another chunk size or sharing is replanned, not misread.
+    fo = m.forward_train(aux, ids, anchors, valid)
+    tg = block_targets(ids, lm, anchors, valid, m.config.num_speculative_tokens, m.t2d)
+    tg.plan = vocab_loss.plan_rows(tg, T, not share, 5)
+    loss, _ = distill_loss(m, fo, tg, final, head, tg.dens(), chunk_tokens=3, share_teacher=share)
+    assert torch.equal(loss.detach(), got[0]["loss"])

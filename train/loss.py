@@ -27,7 +27,13 @@ import torch
 import torch.nn.functional as F
 
 from common.model import DSparkDraftModel
-from train.vocab_loss import VOCAB_GRAD_MODES, fused_vocab_loss, kept_rows, vocab_terms
+from train.vocab_loss import (
+    VOCAB_GRAD_MODES,
+    RowPlan,
+    fused_vocab_loss,
+    kept_rows,
+    vocab_terms,
+)
 
 
 @dataclass
@@ -39,6 +45,9 @@ class BlockTargets:
     mask: torch.Tensor  # in range & loss-masked, cumprod over j (float)
     ce_mask: torch.Tensor  # mask & label in draft vocab (float)
     decay: torch.Tensor  # [Nd] exp(-k / decay)
+    # The loss's rows and chunks, decided ahead by a caller that wants no host sync in the loss
+    # forward (train.vocab_loss.plan_rows; None: the loss decides them).
+    plan: RowPlan | None = None
 
     def dens(self) -> dict[str, torch.Tensor]:
         w = self.mask * self.decay
@@ -83,7 +92,7 @@ def distill_loss(
     `share_teacher`: the teacher once per position (module docstring); False: once per row."""
     if vocab_grad not in VOCAB_GRAD_MODES:
         raise ValueError(f"vocab_grad={vocab_grad!r}: choose one of {VOCAB_GRAD_MODES}")
-    rows = kept_rows(model, fo, tg, teacher_final, share_teacher)
+    rows = kept_rows(model, fo, tg, teacher_final, share_teacher, chunk_tokens)
     h, e = rows.h, rows.e
     wmask = (tg.mask * tg.decay).view(-1).index_select(0, rows.idx)
     wce = (tg.ce_mask * tg.decay).view(-1).index_select(0, rows.idx)
@@ -182,9 +191,9 @@ def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
 def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head, chunk=1024):
     """Per-slot acceptance 1 - TV(p_draft, p_teacher) -> [N, A, Nd] (0 where tg.mask is 0),
     with the same chunked terms as the loss. Used by calibration."""
-    rows = kept_rows(model, fo, tg, teacher_final)
+    rows = kept_rows(model, fo, tg, teacher_final, chunk=chunk)
     _, l1, _ = vocab_terms(model, rows, teacher_lm_head, chunk, checkpointed=False)
-    out = torch.zeros(rows.keep.numel(), dtype=l1.dtype, device=l1.device)
+    out = torch.zeros(rows.plan.size, dtype=l1.dtype, device=l1.device)
     out[rows.idx] = (1 - l1 / 2).clamp(0, 1)
     return out.view(tg.labels.shape)
 

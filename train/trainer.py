@@ -43,6 +43,7 @@ from train.state import (
     mark_last_good,
     save_checkpoint_state,
 )
+from train.vocab_loss import plan_rows
 
 
 class TrainingDiverged(FloatingPointError):
@@ -89,7 +90,7 @@ class Trainer:
         tc = cfg.trainer
         if tc.max_bad_batches < 0:
             raise SetupError(f"trainer.max_bad_batches={tc.max_bad_batches}: must be >= 0")
-        # Its finite check is read with the step's other flags (one host sync a step).
+        # Its finite check is read with the step's other flags, in the one sync that reads them.
         self.capture = TargetCapture(target, draft.config.target_layer_ids)
         self.teacher_head = target_head_weights(target)[1]
         objective = DistillObjective(draft, cfg.loss, tc.get("compile_loss", False))
@@ -175,11 +176,16 @@ class Trainer:
         return self._anchor(drawn, step)
 
     def _anchor(self, drawn: Drawn, step: int) -> Drawn:
-        """`drawn`'s batches on the device with their anchors keyed to `step`."""
+        """`drawn`'s batches on the device with their anchors keyed to `step`, and the loss's
+        rows planned (host syncs, after every batch's host work so none of it waits for them)."""
         micro = []
         for host in drawn.hosts:
             batch = {k: v.to(self.acc.device, non_blocking=True) for k, v in host.items()}
             micro.append((batch, *self._prepare(batch, step, host)))
+        lc = self.cfg.loss
+        for batch, _, _, tg in micro:
+            seq_len = batch["input_ids"].shape[1]
+            tg.plan = plan_rows(tg, seq_len, lc.share_teacher, lc.chunk_tokens)
         drawn.micro, drawn.step = micro, step
         return drawn
 
@@ -250,8 +256,8 @@ class Trainer:
                 totals[k] = totals.get(k, 0) + v
             tokens += batch["input_ids"].numel()
         grad_norm = self.acc.clip_grad_norm_(self.objective.parameters(), self.cfg.optim.clip)
-        # The next step's batches and anchors are host work: done while the device runs this
-        # step, before the one host sync that reads this step's flags.
+        # The next step's batches, anchors and loss rows: host work done while the device runs
+        # this step (their syncs wait for its backward, as the flags' sync below would).
         self._ahead = self._draw(self.step + 1)
         flags = torch.stack(
             [

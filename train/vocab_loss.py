@@ -100,40 +100,85 @@ def _cat(parts: list, like: torch.Tensor, dtype) -> torch.Tensor | None:
 
 
 @dataclass
-class KeptRows:
-    """The supervised (mask > 0) draft rows of a batch, flattened (M rows):
-    keep [N*A*Nd] bool; idx [M] their positions in it, ordered by teacher position; h [M, H];
-    e = W1[prev] [M, r]; hu = [h; u] [M, H+r] (u: Markov bias input); th [U, Ht] the teacher's
-    final hidden at the distinct label-1 positions the rows read, and teacher_row [M] each row's
-    index into th (nondecreasing; None: th has one row per kept row); labels_d [M] draft id of the
-    data token (-1 outside the draft vocab); sel [Vd] target ids of the draft vocab (None: full
-    vocab)."""
+class RowPlan:
+    """Which draft rows of a batch the loss reads and how it chunks them, decided from the block
+    targets alone (no draft output), so a trainer can decide it for its next step while the device
+    runs this one and the loss forward makes no host sync (this takes three).
+    size: N*A*Nd rows in all; idx [M] the supervised (mask > 0) ones, ordered by teacher position;
+    tpos [U] the teacher positions they read in the flattened [N*seq_len] states, and teacher_row
+    [M] each row's index into tpos (nondecreasing; None: tpos has one entry per row, unshared);
+    spans: per `chunk` rows, (their slice, the slice of tpos they read, each row's index into
+    that slice or None)."""
 
-    keep: torch.Tensor
+    size: int
     idx: torch.Tensor
+    tpos: torch.Tensor
+    teacher_row: torch.Tensor | None
+    key: tuple[int, bool, int]  # (seq_len, share_teacher, chunk) it was made for
+    spans: list[tuple[slice, slice, torch.Tensor | None]]
+
+
+def plan_rows(tg, seq_len: int, share_teacher: bool, chunk: int) -> RowPlan:
+    """The `RowPlan` of `tg` (train.loss.BlockTargets) for teacher states of `seq_len` positions
+    a row, `share_teacher` (the teacher once per position) and loss chunks of `chunk` rows."""
+    keep = tg.mask.view(-1) > 0
+    idx = keep.nonzero().squeeze(1)  # boolean indexing would sync once per tensor
+    tpos = teacher_positions_of(tg, seq_len).index_select(0, idx)
+    teacher_row = None
+    if share_teacher:  # rows that read one position side by side, the position once in tpos
+        tpos, order = tpos.sort(stable=True)
+        idx = idx.index_select(0, order)
+        tpos, teacher_row = torch.unique_consecutive(tpos, return_inverse=True)
+    spans = chunk_spans(idx.numel(), teacher_row, chunk)
+    return RowPlan(keep.numel(), idx, tpos, teacher_row, (seq_len, share_teacher, chunk), spans)
+
+
+@dataclass
+class KeptRows:
+    """The supervised draft rows of a batch (`plan`), flattened (M rows): h [M, H];
+    e = W1[prev] [M, r]; hu = [h; u] [M, H+r] (u: Markov bias input); th [U, Ht] the teacher's
+    final hidden at the positions the plan reads; labels_d [M] draft id of the data token (-1
+    outside the draft vocab); sel [Vd] target ids of the draft vocab (None: full vocab)."""
+
+    plan: RowPlan
     h: torch.Tensor
     e: torch.Tensor
     hu: torch.Tensor
     th: torch.Tensor
-    teacher_row: torch.Tensor | None
     labels_d: torch.Tensor
     sel: torch.Tensor | None
 
+    @property
+    def idx(self) -> torch.Tensor:
+        return self.plan.idx
+
+    @property
+    def teacher_row(self) -> torch.Tensor | None:
+        return self.plan.teacher_row
+
     def chunks(self, size: int) -> list[tuple[slice, slice, torch.Tensor | None]]:
         """Per `size` rows: (their slice, the slice of th they read, each row's index into that
-        slice, or None where th is per row). One host sync for all chunks."""
-        m = self.idx.numel()
-        spans = [(s, min(s + size, m)) for s in range(0, m, size)]
-        if self.teacher_row is None:
-            return [(slice(s, e), slice(s, e), None) for s, e in spans]
-        if not spans:
-            return []
-        ends = torch.tensor([[s, e - 1] for s, e in spans], device=self.teacher_row.device)
-        bounds = self.teacher_row[ends].tolist()
-        return [
-            (slice(s, e), slice(u0, u1 + 1), self.teacher_row[s:e] - u0)
-            for (s, e), (u0, u1) in zip(spans, bounds, strict=True)
-        ]
+        slice, or None where th is per row); the plan's own when it was made for `size`."""
+        if self.plan.key[2] == size:
+            return self.plan.spans
+        return chunk_spans(self.plan.idx.numel(), self.plan.teacher_row, size)
+
+
+def chunk_spans(
+    m: int, teacher_row: torch.Tensor | None, chunk: int
+) -> list[tuple[slice, slice, torch.Tensor | None]]:
+    """`RowPlan.spans` of `m` rows in chunks of `chunk` (one host sync where rows share)."""
+    spans = [(s, min(s + chunk, m)) for s in range(0, m, chunk)]
+    if teacher_row is None:
+        return [(slice(s, e), slice(s, e), None) for s, e in spans]
+    if not spans:
+        return []
+    ends = torch.tensor([[s, e - 1] for s, e in spans], device=teacher_row.device)
+    bounds = teacher_row[ends].tolist()
+    return [
+        (slice(s, e), slice(u0, u1 + 1), teacher_row[s:e] - u0)
+        for (s, e), (u0, u1) in zip(spans, bounds, strict=True)
+    ]
 
 
 def teacher_positions_of(tg, seq_len: int) -> torch.Tensor:
@@ -152,20 +197,17 @@ def shared_teacher_counts(tg, seq_len: int) -> tuple[int, int]:
 
 
 def kept_rows(
-    model: DSparkDraftModel, fo, tg, teacher_final, share_teacher: bool = True
+    model: DSparkDraftModel, fo, tg, teacher_final, share_teacher: bool = True, chunk: int = 1024
 ) -> KeptRows:
     """The supervised rows of `tg` (train.loss.BlockTargets) with the draft's outputs `fo` and
-    the teacher's final hidden states [N, T, Ht] at the positions they read."""
+    the teacher's final hidden states [N, T, Ht] at the positions they read: by `tg.plan` where
+    the caller decided it for these settings ahead, else planned here."""
     n, t = teacher_final.shape[:2]
-    keep = tg.mask.view(-1) > 0
-    idx = keep.nonzero().squeeze(1)  # one host sync; boolean indexing would sync per tensor
-    tpos = teacher_positions_of(tg, t).index_select(0, idx)
-    teacher_row = None
-    if share_teacher:  # rows that read one position side by side, the position once in th
-        tpos, order = tpos.sort(stable=True)
-        idx = idx.index_select(0, order)
-        tpos, teacher_row = torch.unique_consecutive(tpos, return_inverse=True)
-    th = teacher_final.reshape(n * t, -1).index_select(0, tpos)
+    plan = getattr(tg, "plan", None)
+    if plan is None or plan.key[:2] != (t, share_teacher):
+        plan = plan_rows(tg, t, share_teacher, chunk)
+    idx = plan.idx
+    th = teacher_final.reshape(n * t, -1).index_select(0, plan.tpos)
     # flatten, not reshape(-1, r): r is 0 for a DFlash draft (no Markov head).
     h = fo.hidden.flatten(0, -2).index_select(0, idx)
     u = fo.markov_input.flatten(0, -2).index_select(0, idx)
@@ -175,7 +217,7 @@ def kept_rows(
     labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
     sel = model.draft_ids_in_target if model.config.reduced_vocab else None
     hu = torch.cat([h, u.to(h.dtype)], dim=-1)
-    return KeptRows(keep, idx, h, e, hu, th, teacher_row, labels_d, sel)
+    return KeptRows(plan, h, e, hu, th, labels_d, sel)
 
 
 def vocab_terms(
