@@ -278,10 +278,12 @@ class Trainer:
                 "rows": self._rows_of(drawn.positions),
                 "loader_before": drawn.loader_before,
             }
+        # Read the metrics while the device is idle after the flags' sync, so the optimizer's
+        # kernels run on while the host goes on to the next step.
+        out = summarize(self._reduce(totals))
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
-        out = summarize(self._reduce(totals))
         out["loss"] = (
             self.cfg.loss.ce_weight * out["ce"]
             + self.cfg.loss.l1_weight * out["l1"]
