@@ -8,12 +8,19 @@ prints, per C and variant: mean TPOT (time per output token after the
 first, i.e. decode with prefill timed apart), the decode speed-up TPOT(target-only) / TPOT(DSpark),
 output tokens/s of each (prefill included), mean TTFT, and the mean acceptance length vLLM's
 spec-decode counters report for the DSpark run.
+
+Where both runs hold their requests' own figures (`serve.bench` since 2026-12-05), the speed-up
+also gets a 95% interval: the two runs sent prompt i mod P as request i (at T=0 the same work), so
+requests pair up by index, and the interval is the percentile bootstrap of the ratio of paired
+mean TPOTs over requests resampled together (seeded, so a rerun prints the same). It covers the
+request-to-request spread within the run, not a machine's speed from one session to the next.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 from pathlib import Path
@@ -43,6 +50,31 @@ def speedup_rows(runs: dict[int, dict[str, dict]]) -> list[dict]:
     return rows
 
 
+def paired_speedup_interval(
+    base: dict, spec: dict, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> dict | None:
+    """{"ratio", "low", "high", "pairs"}: mean TPOT of the target-only run over the DSpark run's
+    on the requests both decoded (more than one token each), with its paired percentile bootstrap
+    interval; None where either run lacks per-request figures or no request pairs up."""
+    own = [
+        {r["index"]: r["tpot_ms"] for r in run.get("requests") or [] if r.get("tpot_ms")}
+        for run in (base, spec)
+    ]
+    pairs = [(own[0][i], own[1][i]) for i in sorted(own[0].keys() & own[1].keys())]
+    if not pairs:
+        return None
+
+    def ratio(sample):
+        return sum(b for b, _ in sample) / sum(d for _, d in sample)
+
+    rng = random.Random(seed)
+    draws = sorted(ratio(rng.choices(pairs, k=len(pairs))) for _ in range(resamples))
+    tail = (1 - level) / 2
+    low = draws[int(tail * (resamples - 1))]
+    high = draws[int((1 - tail) * (resamples - 1) + 0.5)]
+    return {"ratio": ratio(pairs), "low": low, "high": high, "pairs": len(pairs)}
+
+
 def _row(c: int, name: str, base: dict, spec: dict) -> dict:
     sd = spec.get("spec_decode") or {}
     return {
@@ -51,6 +83,7 @@ def _row(c: int, name: str, base: dict, spec: dict) -> dict:
         "tpot_ms_target_only": base["mean_tpot_ms"],
         "tpot_ms_dspark": spec["mean_tpot_ms"],
         "decode_speedup": base["mean_tpot_ms"] / spec["mean_tpot_ms"],
+        "decode_speedup_paired_ci95": paired_speedup_interval(base, spec),
         "output_tok_s_target_only": base["output_token_throughput"],
         "output_tok_s_dspark": spec["output_token_throughput"],
         "throughput_speedup": spec["output_token_throughput"] / base["output_token_throughput"],
@@ -74,15 +107,17 @@ def main(argv=None) -> int:
         return 1
     print(
         "| concurrency | variant | TPOT target-only (ms) | TPOT DSpark (ms) | decode speed-up | "
+        "95% interval (paired requests) | "
         "tok/s target-only | tok/s DSpark | TTFT target-only / DSpark (ms) | vLLM tau |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        tau = r["mean_acceptance_length"]
+        tau, ci = r["mean_acceptance_length"], r["decode_speedup_paired_ci95"]
+        shown = "n/a" if ci is None else f"{ci['low']:.2f}-{ci['high']:.2f}x ({ci['pairs']})"
         print(
             f"| {r['concurrency']} | {r['variant']} | {r['tpot_ms_target_only']:.2f} | "
             f"{r['tpot_ms_dspark']:.2f} | "
-            f"{r['decode_speedup']:.2f}x | {r['output_tok_s_target_only']:.1f} | "
+            f"{r['decode_speedup']:.2f}x | {shown} | {r['output_tok_s_target_only']:.1f} | "
             f"{r['output_tok_s_dspark']:.1f} | {r['ttft_ms_target_only']:.1f} / "
             f"{r['ttft_ms_dspark']:.1f} | {'n/a' if tau is None else f'{tau:.3f}'} |"
         )

@@ -120,15 +120,21 @@ class RequestResult:
     error: str | None = None
 
 
+def tpot_s(r: RequestResult) -> float | None:
+    """Time per output token after the first (decode, prefill timed apart); None for a request
+    with no first token or a single one."""
+    if not r.ok or r.ttft_s is None or r.output_tokens <= 1:
+        return None
+    return (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
+
+
 def summarize(results: list[RequestResult], duration_s: float) -> dict:
-    """Throughput and latency over successful requests (TPOT only where output > 1 token)."""
+    """Throughput and latency over successful requests (TPOT only where output > 1 token), and
+    each request's own figures (`requests`, by request index: two runs that sent the same
+    prompts pair up request by request, for a paired interval on their ratio)."""
     ok = [r for r in results if r.ok]
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpots = [
-        (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
-        for r in ok
-        if r.ttft_s is not None and r.output_tokens > 1
-    ]
+    tpots = [t for t in map(tpot_s, ok) if t is not None]
     total_out = sum(r.output_tokens for r in ok)
 
     def ms(values, fn):
@@ -147,6 +153,15 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
         "mean_tpot_ms": ms(tpots, statistics.fmean),
         "median_tpot_ms": ms(tpots, statistics.median),
         "errors": sorted({r.error for r in results if r.error})[:5],
+        "requests": [
+            {
+                "index": r.index,
+                "output_tokens": r.output_tokens,
+                "ttft_ms": None if r.ttft_s is None else r.ttft_s * 1000,
+                "tpot_ms": None if tpot_s(r) is None else tpot_s(r) * 1000,
+            }
+            for r in sorted(ok, key=lambda r: r.index)
+        ],
     }
 
 

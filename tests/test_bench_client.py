@@ -310,6 +310,13 @@ def test_summarize_exact():
     assert s["median_ttft_ms"] == pytest.approx(200)
     assert s["mean_tpot_ms"] == pytest.approx(200) and s["median_tpot_ms"] == pytest.approx(200)
     assert s["errors"] == ["HTTP 500: boom"]
+    # Each successful request's own figures, by index (the failed one has none).
+    got = [(r["index"], r["output_tokens"], r["ttft_ms"], r["tpot_ms"]) for r in s["requests"]]
+    assert got == [
+        (0, 5, pytest.approx(200), pytest.approx(200)),
+        (1, 3, pytest.approx(100), pytest.approx(200)),
+        (2, 1, pytest.approx(400), None),
+    ]
 
 
 def test_prompts_are_fixed_and_loadable(tmp_path):

@@ -3,6 +3,9 @@
 # target-only vs the DSpark draft, T=0, `serve.bench` at concurrency 1, 8 and 32 on held-out ShareGPT
 # prompts (<= 768 tokens, chat template applied here; 256 new tokens). serve.bench times the first
 # token (prefill) apart from the rest (TPOT): decode speed-up = TPOT target-only / TPOT DSpark.
+# 32 / 64 / 256 requests at concurrency 1 / 8 / 32 (16 / 32 / 128 until 2026-12-05, when drafts of
+# about the same acceptance read 0.79x and 1.44x at 8 in runs of 2 s); vllm_speedup_table.py pairs
+# the rows' requests by index for a 95% interval on each speed-up.
 #   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain | ROW...]
 # 0.26 (default): vLLM 0.26 from /tmp/vsite (vllm_install.sh). 0.34: the serving pin from /tmp/v34site
 # (vllm034_install.sh), one more row unless `plain`: the draft with adaptive verification (confidence
@@ -60,7 +63,7 @@ serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
       --max-tokens 32 --prompts $P >/dev/null  # warm-up, not recorded
     for c in 1 8 32; do
       python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency $c \
-        --num-prompts $((c < 4 ? 16 : 4 * c)) --max-tokens 256 --temperature 0 --prompts $P \
+        --num-prompts $((c < 4 ? 32 : 8 * c)) --max-tokens 256 --temperature 0 --prompts $P \
         --json "$OUT/vllm_${name}_c$c.json" | tail -22
     done
   else
