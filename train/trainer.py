@@ -8,9 +8,10 @@ ratio, divided last, independent of how the batch is split.
 Host work ahead: while the device runs a step's backward, the host draws the next step's batches
 (CPU, pinned), samples their anchors, and plans the loss's rows (`train.vocab_loss.plan_rows`);
 then one sync reads the step's flags (loss and target states finite, grad norm), its metrics are
-read while the device is idle after it, and the optimizer is queued last, so no sync waits for it. A skipped step leaves the step
-count as it was, and the batches drawn ahead are anchored again for it; checkpoints keep the data
-position before them. The training is the same, bit for bit, as drawing each step at its start.
+read while the device is idle after it, and the optimizer is queued last, so no sync waits for it.
+A skipped step leaves the step count as it was, and the batches drawn ahead are anchored again for
+it; checkpoints keep the data position before them. The training is the same, bit for bit, as
+drawing each step at its start.
 
 Divergence: a non-finite micro-batch loss or gradient norm (agreed over ranks) cancels the step
 before the optimizer sees it: no update, no scheduler step. Up to `trainer.max_bad_batches` such
