@@ -435,6 +435,29 @@ def block_forward(
     return hidden.view(r, b, -1)
 
 
+def ours_block_forward(
+    ours, aux: torch.Tensor, ctx_lens: list[int], block_ids: torch.Tensor
+) -> torch.Tensor:
+    """Our draft's block pass over the requests `block_forward` packs: request r's aux states
+    (rows of `aux` [sum(C_r), L*H_t], in order) padded into a [R, max C_r] context, its block at
+    positions C_r .. C_r + B - 1. Returns the post-norm hidden states [R, B, H]."""
+    from common.model import inference_block_mask
+
+    r, b = block_ids.shape
+    cmax = max(ctx_lens)
+    ctx = torch.zeros(r, cmax, aux.shape[-1])
+    pos = torch.zeros(r, cmax, dtype=torch.long)
+    start = 0
+    for i, c in enumerate(ctx_lens):
+        ctx[i, :c], pos[i, :c] = aux[start : start + c], torch.arange(c)
+        start += c
+    lens = torch.tensor(ctx_lens)
+    block_pos = lens.unsqueeze(1) + torch.arange(b)
+    return ours.backbone(
+        block_ids, block_pos, ours.context_kv(ctx, pos), inference_block_mask(lens, cmax, b)
+    )
+
+
 def target_aux_hidden_states(
     target: torch.nn.Module, vc: VllmConfig, input_ids: torch.Tensor
 ) -> list[torch.Tensor]:

@@ -27,7 +27,6 @@ import types
 import pytest
 import torch
 
-from common.model import inference_block_mask
 from common.model.layers import rope
 from tests.tiny import MASK_ID, write_draft
 from tests.vllm import harness as H
@@ -204,7 +203,7 @@ def test_block_forward_with_vllm_cpu_attention(pair, sample_from_anchor):
         vm.model._normalize_context_k = types.MethodType(per_layer_knorm, vm.model)
     g = torch.Generator().manual_seed(3)
     ctx_lens = [5, 12, 1, 33]  # 33 + B spans two 32-slot KV blocks
-    r, b = len(ctx_lens), cfg.block_size
+    r = len(ctx_lens)
     aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g).to(H.DEVICE)
     anchors = torch.randint(4, cfg.vocab_size, (r,), generator=g).to(H.DEVICE)
     block_ids = ours.block_input_ids(anchors)  # [R, B] = [anchor, MASK...]
@@ -212,18 +211,7 @@ def test_block_forward_with_vllm_cpu_attention(pair, sample_from_anchor):
 
     hidden_v = H.block_forward(draft, vm.combine_hidden_states(aux), ctx_lens, block_ids)
 
-    cmax = max(ctx_lens)
-    ctx = torch.zeros(r, cmax, cfg.fc_input_size)
-    pos = torch.zeros(r, cmax, dtype=torch.long)
-    start = 0
-    for i, c in enumerate(ctx_lens):
-        ctx[i, :c], pos[i, :c] = aux[start : start + c], torch.arange(c)
-        start += c
-    lens = torch.tensor(ctx_lens)
-    block_pos = lens.unsqueeze(1) + torch.arange(b)
-    hidden_o = ours.backbone(
-        block_ids, block_pos, ours.context_kv(ctx, pos), inference_block_mask(lens, cmax, b)
-    )
+    hidden_o = H.ours_block_forward(ours, aux, ctx_lens, block_ids)
     close(hidden_v, hidden_o, "block hidden states (post final norm)")
 
     n, offset = cfg.num_speculative_tokens, cfg.draft_slot_offset

@@ -27,7 +27,6 @@ import types
 import pytest
 import torch
 
-from common.model import inference_block_mask
 from tests.tiny import checkpoint_tensors, write_draft
 from tests.vllm import harness as H
 from tests.vllm.test_backbone import grouped_knorm_ok, per_layer_knorm
@@ -122,23 +121,12 @@ def test_rank0_drafts_in_vllm_equal_ours(rank0, variant):
     assert torch.count_nonzero(vm.markov_bias(e)) == 0  # DFlash: no transition bias
 
     ctx_lens = [4, 17, 1]
-    r, b = len(ctx_lens), cfg.block_size
+    r = len(ctx_lens)
     aux = torch.randn(sum(ctx_lens), cfg.fc_input_size, generator=g).to(H.DEVICE)
     anchors = torch.randint(7, cfg.vocab_size, (r,), generator=g).to(H.DEVICE)
     block_ids = ours.block_input_ids(anchors)
     hidden_v = H.block_forward(draft, vm.combine_hidden_states(aux), ctx_lens, block_ids)
-    cmax = max(ctx_lens)
-    ctx = torch.zeros(r, cmax, cfg.fc_input_size)
-    pos = torch.zeros(r, cmax, dtype=torch.long)
-    start = 0
-    for i, c in enumerate(ctx_lens):
-        ctx[i, :c], pos[i, :c] = aux[start : start + c], torch.arange(c)
-        start += c
-    lens = torch.tensor(ctx_lens)
-    block_pos = lens.unsqueeze(1) + torch.arange(b)
-    hidden_o = ours.backbone(
-        block_ids, block_pos, ours.context_kv(ctx, pos), inference_block_mask(lens, cmax, b)
-    )
+    hidden_o = H.ours_block_forward(ours, aux, ctx_lens, block_ids)
     close(hidden_v, hidden_o, "block hidden states")
 
     # vLLM's sequential loop (DSparkSpeculator._sample_markov_chain, greedy) against ours.
