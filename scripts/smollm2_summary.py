@@ -60,6 +60,10 @@ def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -
     }
     for c in (1, 8, 32):
         put(f"vllm_speedup_b{c}", sp[c]["decode_speedup"] if c in sp else None, sp_path)
+        # The paired 95% interval, where the serving rows kept their requests' figures.
+        ci = sp[c].get("decode_speedup_paired_ci95") if c in sp else None
+        if ci:
+            put(f"vllm_speedup_b{c}_ci95", [ci["low"], ci["high"]], sp_path)
     put("vllm_tau_t0_sharegpt_b1", sp[1]["mean_acceptance_length"] if 1 in sp else None, sp_path)
     gate_path = gate_path or res / "vllm_gate.json"
     gate = load(gate_path)
