@@ -12,7 +12,9 @@ skipped (counted in the report), so every domain fits the engine's context.
 
 For each (draft, temperature, domain) it prints the pooled mean acceptance length (1 +
 accepted/drafts, vLLM's definition) and per-position conditional acceptance (accepted at k /
-reached k), plus the ratio of each draft's tau to the first draft's. Counters come from the
+reached k), plus the ratio of each draft's tau to the first draft's with its paired 95% bootstrap
+interval over the prompts (every draft answers the same prompts; each row keeps its prompts'
+[rounds, accepted] as `per_prompt`). Counters come from the
 engine's vLLM-named stats; greedy output is lossless by construction (tests/test_engine.py), so
 only acceptance differs between drafts.
 """
@@ -29,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts.paired_interval import tau_ratio_interval  # noqa: E402
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 from serve.engine.request import SamplingParams  # noqa: E402
@@ -98,16 +101,18 @@ def parse_prompt_files(specs: list[str] | None) -> dict[str, str] | None:
 
 
 def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed: int) -> dict:
-    """Run `prompts` and report the spec-decode counters they added (`SpecDecodeStats.report`)
-    plus their output ids."""
+    """Run `prompts` and report the spec-decode counters they added (`SpecDecodeStats.report`),
+    each prompt's [rounds, drafts accepted] (`per_prompt`, in prompt order), and their output
+    ids."""
     before = engine.stats.snapshot().spec
     params = [
         SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i)
         for i in range(len(prompts))
     ]
-    outputs = engine.generate(prompts, params)
+    results = engine.generate_with_rounds(prompts, params)
     added = engine.stats.snapshot().spec.since(before)
-    return {**added.report(), "outputs": outputs}
+    per_prompt = [[len(rounds), sum(rounds)] for _, rounds in results]
+    return {**added.report(), "per_prompt": per_prompt, "outputs": [ids for ids, _ in results]}
 
 
 def main(argv=None) -> int:
@@ -161,13 +166,20 @@ def main(argv=None) -> int:
         for r in rows
         if r["draft"] == rows[0]["draft"]
     }
-    print("\n| draft | T | domain | tau (mean acceptance length) | tau / first draft's |")
-    print("|---|---|---|---|---|")
+    first = [r for r in rows if r["draft"] == rows[0]["draft"]]
+    print(
+        "\n| draft | T | domain | tau (mean acceptance length) | tau / first draft's | "
+        "95% interval (paired prompts) |"
+    )
+    print("|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["mean_acceptance_length"] / base[(r["temperature"], r["domain"])]
+        ci = tau_ratio_interval([r], first)
+        first_draft = r["draft"] == rows[0]["draft"]
+        shown = "-" if first_draft or ci is None else f"{ci['low']:.3f}-{ci['high']:.3f}"
         print(
             f"| {r['draft']} | {r['temperature']:g} | {r['domain']} | "
-            f"{r['mean_acceptance_length']:.3f} | {ratio:.3f} |"
+            f"{r['mean_acceptance_length']:.3f} | {ratio:.3f} | {shown} |"
         )
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))

@@ -17,6 +17,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.paired_interval import tau_ratio_interval  # noqa: E402
+
 
 def load(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
@@ -51,6 +55,10 @@ def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -
         ds = [r for r in ev if r["draft"] == "dspark" and r["temperature"] == t]
         df = [r for r in ev if r["draft"] == "dflash" and r["temperature"] == t]
         put(key, pooled_tau(ds) / pooled_tau(df) if ds and df else None, ev_path)
+        # Its paired 95% interval over the prompts, where the rows kept each prompt's rounds.
+        ci = tau_ratio_interval(ds, df) if ds and df else None
+        if ci:
+            put(f"{key}_ci95", [ci["low"], ci["high"]], ev_path)
     tr_path = res / "smollm2_dspark.summary.json"
     tr = load(tr_path)
     put("analytic_tau_sharegpt", tr["eval"]["analytic_tau"] if tr else None, tr_path)

@@ -12,18 +12,20 @@ spec-decode counters report for the DSpark run.
 Where both runs hold their requests' own figures (`serve.bench` since 2026-12-05), the speed-up
 also gets a 95% interval: the two runs sent prompt i mod P as request i (at T=0 the same work), so
 requests pair up by index, and the interval is the percentile bootstrap of the ratio of paired
-mean TPOTs over requests resampled together (seeded, so a rerun prints the same). It covers the
-request-to-request spread within the run, not a machine's speed from one session to the next.
+mean TPOTs over requests resampled together (`scripts/paired_interval.py`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.paired_interval import paired_interval  # noqa: E402
 
 BASELINE = "target_only"
 
@@ -50,29 +52,20 @@ def speedup_rows(runs: dict[int, dict[str, dict]]) -> list[dict]:
     return rows
 
 
-def paired_speedup_interval(
-    base: dict, spec: dict, level: float = 0.95, resamples: int = 2000, seed: int = 0
-) -> dict | None:
+def paired_speedup_interval(base: dict, spec: dict) -> dict | None:
     """{"ratio", "low", "high", "pairs"}: mean TPOT of the target-only run over the DSpark run's
     on the requests both decoded (more than one token each), with its paired percentile bootstrap
-    interval; None where either run lacks per-request figures or no request pairs up."""
+    95% interval (`scripts.paired_interval`); None where either run lacks per-request figures or
+    no request pairs up."""
     own = [
         {r["index"]: r["tpot_ms"] for r in run.get("requests") or [] if r.get("tpot_ms")}
         for run in (base, spec)
     ]
     pairs = [(own[0][i], own[1][i]) for i in sorted(own[0].keys() & own[1].keys())]
-    if not pairs:
+    ci = paired_interval(pairs, lambda ps: sum(b for b, _ in ps) / sum(d for _, d in ps))
+    if ci is None:
         return None
-
-    def ratio(sample):
-        return sum(b for b, _ in sample) / sum(d for _, d in sample)
-
-    rng = random.Random(seed)
-    draws = sorted(ratio(rng.choices(pairs, k=len(pairs))) for _ in range(resamples))
-    tail = (1 - level) / 2
-    low = draws[int(tail * (resamples - 1))]
-    high = draws[int((1 - tail) * (resamples - 1) + 0.5)]
-    return {"ratio": ratio(pairs), "low": low, "high": high, "pairs": len(pairs)}
+    return {"ratio": ci["value"], "low": ci["low"], "high": ci["high"], "pairs": ci["pairs"]}
 
 
 def _row(c: int, name: str, base: dict, spec: dict) -> dict:

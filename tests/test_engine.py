@@ -152,6 +152,24 @@ def test_counters_add_up(tuned):
         assert accepted > 0
 
 
+def test_rounds_per_request_sum_to_the_counters_and_outputs_equal_generate():
+    """`generate_with_rounds` (what eval_acceptance pairs prompts by): each request's rounds and
+    accepted drafts, summed over requests, are the spec-decode counters; its ids are `generate`'s;
+    a round emits at most accepted + 1 tokens."""
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, 40, tuned=True, strength=4.0)
+    eng = make_engine(target, draft, max_num_seqs=3)
+    before = eng.stats.snapshot().spec
+    got = eng.generate_with_rounds(PROMPTS, greedy_params())
+    added = eng.stats.snapshot().spec.since(before)
+    assert sum(len(r) for _, r in got) == added.num_drafts > 0
+    assert sum(sum(r) for _, r in got) == added.num_accepted_tokens > 0
+    for (ids, rounds), n in zip(got, MAX_TOKENS, strict=True):
+        assert len(ids) == n and 1 + len(rounds) + sum(rounds) >= n
+    again = make_engine(target, draft, max_num_seqs=3).generate(PROMPTS, greedy_params())
+    assert again == [ids for ids, _ in got]
+
+
 def test_stats_since_and_conditional_acceptance():
     """The one definition behind the engine log, eval_acceptance, the vLLM gate and the plot."""
     before = SpecDecodeStats(3, 10, 30, 12, [6, 4, 2])

@@ -254,9 +254,9 @@ def test_vllm_side_seeds_each_request_as_the_engine_side_does(monkeypatch):
             snapshot=lambda: types.SimpleNamespace(spec=SpecDecodeStats(1))
         )
 
-        def generate(self, prompts, params):
+        def generate_with_rounds(self, prompts, params):
             calls.append(("engine", [(p.temperature, p.seed) for p in params]))
-            return [[1] for _ in prompts]
+            return [([1], []) for _ in prompts]
 
     evaluate(Engine(), prompts, 1.0, 4, seed=0)
     assert spec_calls[1] == calls[-1][1] == [(1.0, 0), (1.0, 1), (1.0, 2)]

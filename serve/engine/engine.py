@@ -267,14 +267,24 @@ class Engine:
         self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
     ) -> list[list[int]]:
         """Run the given prompts to completion (batched), returning their output ids in order."""
+        return [ids for ids, _ in self.generate_with_rounds(prompts, params)]
+
+    def generate_with_rounds(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[tuple[list[int], list[int]]]:
+        """`generate`, with each request's speculative rounds: (output ids, drafts accepted in
+        each of its rounds), in order. Summed over requests the rounds are the spec-decode
+        counters' drafts and accepted tokens."""
         plist = params if isinstance(params, list) else [params] * len(prompts)
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist, strict=True)]
-        out: dict[str, list[int]] = {i: [] for i in ids}
+        out: dict[str, tuple[list[int], list[int]]] = {i: ([], []) for i in ids}
         done: set[str] = set()
         while len(done) < len(ids):
             for o in self.step():
                 if o.request_id in out:
-                    out[o.request_id] += o.new_token_ids
+                    out[o.request_id][0].extend(o.new_token_ids)
+                    if o.num_accepted is not None:
+                        out[o.request_id][1].append(o.num_accepted)
                     if o.finished:
                         done.add(o.request_id)
         return [out[i] for i in ids]

@@ -1,0 +1,51 @@
+"""scripts/paired_interval.py: the paired bootstrap and the tau ratio of two drafts' evaluations."""
+
+import pytest
+
+from scripts.paired_interval import paired_interval, tau_of_prompts, tau_ratio_interval
+
+
+def rows(draft, per_prompt_by_domain, t=0.0):
+    return [
+        {"draft": draft, "temperature": t, "domain": d, "per_prompt": pp}
+        for d, pp in per_prompt_by_domain.items()
+    ]
+
+
+def test_tau_of_prompts_pools_rounds_not_prompts():
+    # 1 + (3 + 0) / (2 + 4): a long prompt weighs more than a short one.
+    assert tau_of_prompts([[2, 3], [4, 0]]) == pytest.approx(1.5)
+    assert tau_of_prompts([]) == 0.0
+
+
+def test_the_same_draft_twice_has_a_point_interval_at_one():
+    pp = {"sharegpt": [[10, 7], [8, 2], [5, 5]], "humaneval": [[3, 1], [9, 9]]}
+    ci = tau_ratio_interval(rows("a", pp), rows("b", pp))
+    assert ci["value"] == 1.0 and ci["low"] == 1.0 and ci["high"] == 1.0 and ci["pairs"] == 5
+
+
+def test_the_ratio_pools_every_domain_and_pairs_prompt_by_prompt():
+    a = {"sharegpt": [[10, 10], [10, 0]], "humaneval": [[4, 4]]}
+    b = {"sharegpt": [[10, 5], [10, 0]], "humaneval": [[4, 2]]}
+    ci = tau_ratio_interval(rows("dspark", a), rows("dflash", b))
+    assert ci["value"] == pytest.approx((1 + 14 / 24) / (1 + 7 / 24))
+    assert ci["low"] <= ci["value"] <= ci["high"] and ci["pairs"] == 3
+    # A domain's rows of one draft only, or rows from before per-prompt counts: no interval.
+    one_domain = rows("dflash", {"sharegpt": b["sharegpt"]})
+    assert tau_ratio_interval(rows("dspark", a), one_domain) is None
+    old = [{k: v for k, v in r.items() if k != "per_prompt"} for r in rows("dflash", b)]
+    assert tau_ratio_interval(rows("dspark", a), old) is None
+    with pytest.raises(ValueError):  # prompt lists that cannot pair
+        tau_ratio_interval(rows("dspark", a), rows("dflash", {**b, "humaneval": []}))
+
+
+def test_the_interval_narrows_with_more_pairs_and_is_reproducible():
+    pairs = [(1.0 + (i % 7) / 10, 1.0 + (i % 5) / 10) for i in range(400)]
+
+    def ratio(ps):
+        return sum(a for a, _ in ps) / sum(b for _, b in ps)
+
+    wide, narrow = paired_interval(pairs[:25], ratio), paired_interval(pairs, ratio)
+    assert narrow["high"] - narrow["low"] < wide["high"] - wide["low"]
+    assert paired_interval(pairs, ratio) == narrow
+    assert paired_interval([], ratio) is None
