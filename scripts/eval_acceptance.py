@@ -161,12 +161,8 @@ def main(argv=None) -> int:
                     f"cond=" + " ".join(f"{x:.2f}" for x in r["conditional_acceptance"]),
                     flush=True,
                 )
-    base = {
-        (r["temperature"], r["domain"]): r["mean_acceptance_length"]
-        for r in rows
-        if r["draft"] == rows[0]["draft"]
-    }
     first = [r for r in rows if r["draft"] == rows[0]["draft"]]
+    base = {(r["temperature"], r["domain"]): r["mean_acceptance_length"] for r in first}
     print(
         "\n| draft | T | domain | tau (mean acceptance length) | tau / first draft's | "
         "95% interval (paired prompts) |"
@@ -174,9 +170,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["mean_acceptance_length"] / base[(r["temperature"], r["domain"])]
-        ci = tau_ratio_interval([r], first)
-        first_draft = r["draft"] == rows[0]["draft"]
-        shown = "-" if first_draft or ci is None else f"{ci['low']:.3f}-{ci['high']:.3f}"
+        ci = None if r["draft"] == rows[0]["draft"] else tau_ratio_interval([r], first)
+        shown = "-" if ci is None else f"{ci['low']:.3f}-{ci['high']:.3f}"
         print(
             f"| {r['draft']} | {r['temperature']:g} | {r['domain']} | "
             f"{r['mean_acceptance_length']:.3f} | {ratio:.3f} | {shown} |"

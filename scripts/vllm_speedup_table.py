@@ -53,7 +53,7 @@ def speedup_rows(runs: dict[int, dict[str, dict]]) -> list[dict]:
 
 
 def paired_speedup_interval(base: dict, spec: dict) -> dict | None:
-    """{"ratio", "low", "high", "pairs"}: mean TPOT of the target-only run over the DSpark run's
+    """{"value", "low", "high", "pairs"}: mean TPOT of the target-only run over the DSpark run's
     on the requests both decoded (more than one token each), with its paired percentile bootstrap
     95% interval (`scripts.paired_interval`); None where either run lacks per-request figures or
     no request pairs up."""
@@ -62,10 +62,7 @@ def paired_speedup_interval(base: dict, spec: dict) -> dict | None:
         for run in (base, spec)
     ]
     pairs = [(own[0][i], own[1][i]) for i in sorted(own[0].keys() & own[1].keys())]
-    ci = paired_interval(pairs, lambda ps: sum(b for b, _ in ps) / sum(d for _, d in ps))
-    if ci is None:
-        return None
-    return {"ratio": ci["value"], "low": ci["low"], "high": ci["high"], "pairs": ci["pairs"]}
+    return paired_interval(pairs, lambda ps: sum(b for b, _ in ps) / sum(d for _, d in ps))
 
 
 def _row(c: int, name: str, base: dict, spec: dict) -> dict:

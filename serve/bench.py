@@ -157,12 +157,16 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
             {
                 "index": r.index,
                 "output_tokens": r.output_tokens,
-                "ttft_ms": None if r.ttft_s is None else r.ttft_s * 1000,
-                "tpot_ms": None if tpot_s(r) is None else tpot_s(r) * 1000,
+                "ttft_ms": _ms(r.ttft_s),
+                "tpot_ms": _ms(tpot_s(r)),
             }
             for r in sorted(ok, key=lambda r: r.index)
         ],
     }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _payload(api: str, model: str, prompt: str, max_tokens: int, temperature: float, extra):

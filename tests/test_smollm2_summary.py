@@ -12,7 +12,7 @@ def test_speedups_carry_their_paired_interval_and_missing_files_are_null(tmp_pat
             "variant": "dspark",
             "decode_speedup": 1.5,
             "mean_acceptance_length": 2.4,
-            "decode_speedup_paired_ci95": {"ratio": 1.5, "low": 1.4, "high": 1.6, "pairs": 32},
+            "decode_speedup_paired_ci95": {"value": 1.5, "low": 1.4, "high": 1.6, "pairs": 32},
         },
         {"concurrency": 8, "variant": "dspark", "decode_speedup": 1.2},
         {"concurrency": 8, "variant": "dspark_k3", "decode_speedup": 9.9},

@@ -203,7 +203,7 @@ def kept_rows(
     the teacher's final hidden states [N, T, Ht] at the positions they read: by `tg.plan` where
     the caller decided it for these settings ahead, else planned here."""
     n, t = teacher_final.shape[:2]
-    plan = getattr(tg, "plan", None)
+    plan = tg.plan
     if plan is None or plan.key[:2] != (t, share_teacher):
         plan = plan_rows(tg, t, share_teacher, chunk)
     idx = plan.idx
