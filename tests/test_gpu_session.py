@@ -1,21 +1,33 @@
 """scripts/gpu/session.sh: every call of a device session runs the same line with its own carry,
 so a call that gets no machine (the first of a batch, on 2026-12-05) costs only its carry. Played
-here with a pipeline whose stage waits for a file a later call brings."""
+here with a pipeline whose stage waits for files that calls packed by carry_pieces.py bring."""
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from scripts.gpu.carry_pieces import SLACK, pack
+
 GPU = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
-SCRIPTS = ("session.sh", "run_all.sh", "env.sh", "poll.sh", "vllm_install.sh")
+SCRIPTS = (
+    "session.sh",
+    "run_all.sh",
+    "env.sh",
+    "poll.sh",
+    "vllm_install.sh",
+    "carry_pieces.py",
+    "check_carries.py",
+)
 
 
 @pytest.fixture
 def machine(tmp_path):
-    """A repo with a one-stage pipeline and the device's /tmp folders redirected into tmp_path."""
+    """A repo with a one-stage pipeline, the device's /tmp folders redirected into tmp_path, and
+    two files packed one a call (.k1 brings `one`, .k2 `two`) in tmp_path / "packed"."""
     repo = tmp_path / "repo"
     gpu = repo / "scripts" / "gpu"
     gpu.mkdir(parents=True)
@@ -28,6 +40,11 @@ def machine(tmp_path):
         f'cat {carry}/one {carry}/two >"$OUT/joined"\n'
     )
     (gpu / "join.stages").write_text("join join.sh\n")
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / "one").write_text("1" * 1000)
+    (packed / "two").write_text("2" * 1000)
+    pack([f"carry={packed / 'one'}", f"carry={packed / 'two'}"], packed, 0, 0, 1000 + SLACK)
     env = {
         "PATH": "/usr/bin:/bin",
         "RES": str(tmp_path / "res"),
@@ -35,6 +52,7 @@ def machine(tmp_path):
         "OUT": str(tmp_path / "out"),
         "CARRY_DIR": str(carry),
         "VX_DIR": str(tmp_path / "vx"),
+        "PIECES_DIR": str(tmp_path / "pieces"),
         "DEADLINE_FILE": str(tmp_path / "deadline"),
         "STARTED_DIR": str(tmp_path / "started"),
     }
@@ -51,19 +69,13 @@ def session(repo: Path, env: dict, pipeline: str) -> subprocess.CompletedProcess
     )
 
 
-def call(repo: Path, env: dict, carry: dict[str, dict[str, str]]) -> str:
-    """One device call: the carried folders appear in the tree, the session line runs, the
-    folders go again (the next call carries its own)."""
-    for folder, files in carry.items():
-        (repo / folder).mkdir()
-        for name, text in files.items():
-            (repo / folder / name).write_text(text)
+def call(repo: Path, env: dict, folder: str, rc: int = 0) -> str:
+    """One device call: the packed folder appears in the tree, the session line runs, the folder
+    goes again (the next call carries its own)."""
+    shutil.copytree(repo.parent / "packed" / folder, repo / folder)
     done = session(repo, env, "join")
-    for folder in carry:
-        for f in (repo / folder).iterdir():
-            f.unlink()
-        (repo / folder).rmdir()
-    assert done.returncode == 0, done.stderr
+    shutil.rmtree(repo / folder)
+    assert done.returncode == rc, done.stderr
     return done.stdout
 
 
@@ -75,40 +87,49 @@ def poll(env: dict) -> subprocess.CompletedProcess:
 
 def test_the_first_call_starts_and_a_later_one_feeds_the_pipeline(machine):
     repo, env, tmp = machine
-    first = call(repo, env, {".gg1": {"one": "1"}})
-    assert "took .gg1" in first and "started join" in first
+    first = call(repo, env, ".k1")
+    assert "took .k1" in first and "started join" in first and "1 wait" in first
     deadline = (tmp / "deadline").read_text()
-    second = call(repo, env, {".gg2": {"two": "2"}})
-    assert "took .gg2" in second and "started by an earlier call" in second
+    second = call(repo, env, ".k2")
+    assert "took .k2" in second and "started by an earlier call" in second
     assert (tmp / "deadline").read_text() == deadline  # written once, by the first call
     done = poll(env)
     assert done.returncode == 0 and "end join rc=0" in done.stdout, done.stdout
-    assert (tmp / "res" / "joined").read_text() == "12"
+    assert (tmp / "res" / "joined").read_text() == "1" * 1000 + "2" * 1000
 
 
 def test_a_lost_first_call_costs_only_its_carry(machine):
-    """The call carrying .gg1 never ran: the next call starts the pipeline, whose stage says what
-    never came rather than waiting out the session."""
+    """The call carrying .k1 never ran: the next call starts the pipeline, whose stage waits for
+    what a later call brings rather than failing."""
     repo, env, tmp = machine
-    assert "started join" in call(repo, env, {".gg2": {"two": "2"}})
-    call(repo, env, {".gg1": {"one": "1"}})  # a later call may carry it again
+    assert "started join" in call(repo, env, ".k2")
+    call(repo, env, ".k1")  # carried again later
     assert "end join rc=0" in poll(env).stdout
-    assert (tmp / "res" / "joined").read_text() == "12"
+    assert (tmp / "res" / "joined").read_text() == "1" * 1000 + "2" * 1000
 
 
-def test_a_file_already_taken_in_is_not_rewritten(machine):
+def test_a_call_carried_twice_rewrites_nothing(machine):
     repo, env, tmp = machine
-    call(repo, env, {".gg1": {"one": "1"}, ".whl": {"a.whl": "w"}})
+    call(repo, env, ".k1")
     before = os.stat(tmp / "carry" / "one").st_mtime_ns
     time.sleep(0.05)
-    again = call(repo, env, {".gg1": {"one": "changed"}, ".whl": {"a.whl": "w2"}})
-    assert (tmp / "carry" / "one").read_text() == "1"
+    again = call(repo, env, ".k1")
     assert os.stat(tmp / "carry" / "one").st_mtime_ns == before
-    assert (tmp / "carry" / ".whl" / "a.whl").read_text() == "w"
-    assert ".part." not in " ".join(p.name for p in (tmp / "carry").iterdir())
-    assert "took .gg1" in again
-    call(repo, env, {".gg2": {"two": "2"}})
+    assert "took .k1" in again and "joined 0 files" in again
+    call(repo, env, ".k2")
     assert "end join rc=0" in poll(env).stdout
+
+
+def test_a_damaged_call_fails_and_its_file_never_shows(machine):
+    """A piece that does not match the manifest's sha256: the call exits 1 naming the file, the
+    pipeline still starts, and its stage names what never came instead of reading a bad file."""
+    repo, env, tmp = machine
+    piece = next(p for p in (tmp / "packed" / ".k2").iterdir() if p.name != "carry.json")
+    piece.write_text("x" * 1000)
+    call(repo, env, ".k1")
+    out = call(repo, env, ".k2", rc=1)
+    assert "started by an earlier call" in out
+    assert not (tmp / "carry" / "two").exists()
 
 
 def test_an_unknown_pipeline_is_refused(machine):

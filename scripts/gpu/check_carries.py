@@ -1,11 +1,11 @@
 """Check, before a session, that every planned device call fits its 64 MiB: a call carries the
 working tree (tracked files and untracked ones git does not ignore) plus the folders it names.
 
-    python3 scripts/gpu/check_carries.py .whl,.gg1,.head .gg2,.data .c1a .c1b .c2a .c2b .c3 .c4
+    python3 scripts/gpu/check_carries.py .k1 .k2 .k3 .k4,.head
 
 One argument per call, its carried folders joined by commas. Prints each call's bytes and what is
-left; exit 1 if a call is over (halve a folder with scripts/gpu/halve_carry.sh) or a folder is
-missing. On 2026-12-04 two calls were refused mid-session: 60 MB folders had fitted until the
+left; exit 1 if a call is over (pack again: scripts/gpu/carry_pieces.py) or a folder is missing.
+On 2026-12-04 two calls were refused mid-session: 60 MB folders had fitted until the
 tracked files grew to 8 MB.
 
 It also names files that two folders of one call both hold: `cp A/* B/* /tmp/carry/` refuses

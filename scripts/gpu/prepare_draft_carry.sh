@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # CPU side: a trained draft folder (default outputs/smollm2_dspark/final, 64 MB) and the held-out
-# ShareGPT/HumanEval prompts, as two git-ignored carry folders for back-to-back device calls, so a
-# session serves and gates a draft without retraining it:
-#   .dr1  the draft's small files, its weights' first DR1_BYTES (default 12,000,000: .dr1 rides with
-#         .gg2 in one call), the two held-out .jsonl.gz of .data and SHA256SUMS.draft
+# ShareGPT/HumanEval prompts, as two git-ignored folders, so a session serves and gates a draft
+# without retraining it:
+#   .dr1  the draft's small files, its weights' first DR1_BYTES (default 12,000,000), the two
+#         held-out .jsonl.gz of .data and SHA256SUMS.draft
 #   .dr2  the rest of the weights
-# On the device each call copies its folder's files to /tmp/carry (`cp .dr1/* /tmp/carry/`);
-# smollm2_target.sh unpacks the held-out rows, draft_from_carry.sh rebuilds and checks the draft.
+# Pack them with the session's other carries (carry_pieces.py pack ... carry=.dr1 carry=.dr2): on
+# the device their files land in /tmp/carry; smollm2_target.sh unpacks the held-out rows,
+# draft_from_carry.sh rebuilds and checks the draft.
 set -euo pipefail
 DRAFT="${1:-outputs/smollm2_dspark/final}"; DR1_BYTES="${DR1_BYTES:-12000000}"
 [ -f "$DRAFT/model.safetensors" ] || { echo "no $DRAFT/model.safetensors: train or fetch it first" >&2; exit 1; }
