@@ -53,3 +53,26 @@ def test_cli_writes_counts_and_refuses_no_samples(target, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([*argv, "--samples", "0"])
     assert e.value.code == 2
+
+
+def test_extra_prompts_are_spread_among_the_train_ones(target, tmp_path):
+    """A regeneration cut by its time budget keeps each source's share of the answers."""
+    tok = AutoTokenizer.from_pretrained(target)
+    write(tmp_path / "sharegpt-heldout.jsonl", [chat("h0", "q", "a")])
+    write(tmp_path / "sharegpt-train.jsonl", [chat(f"t{i}", "q", "a") for i in range(6)])
+    write(tmp_path / "code-train.jsonl", [chat(f"c{i}", "def f():") for i in range(3)])
+    counts = build(tok, tmp_path, "", samples=1, max_tokens=64, extra=["code"])
+    assert counts["kept"] == {"heldout": 1, "train": 6, "code": 3}
+    assert counts["rows_written"] == 10 and counts["extra"] == ["code"]
+    rows = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
+    ids = [r["id"] for r in rows]
+    assert ids == ["h0", "t0", "c0", "t1", "t2", "c1", "t3", "t4", "c2", "t5"]
+    assert [r["split"] for r in rows] == ["heldout"] + ["train"] * 9
+
+
+def test_a_missing_extra_source_is_named(target, tmp_path):
+    for split in ("heldout", "train"):
+        write(tmp_path / f"sharegpt-{split}.jsonl", [chat(f"{split}0", "q", "a")])
+    with pytest.raises(SystemExit) as e:
+        main(["--target", str(target), "--data-dir", str(tmp_path), "--extra", "pystdlib"])
+    assert e.value.code == 2

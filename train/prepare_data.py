@@ -2,10 +2,13 @@
 
     python -m train.prepare_data sharegpt --out data/ --turns first --seed 0 --gzip
     python -m train.prepare_data humaneval --out data/
+    python -m train.prepare_data pystdlib --out data/ [--seed 0] [--max-rows N]
 
-Writes DIR/NAME-SPLIT.jsonl (.jsonl.gz with --gzip; `load_rows` reads both) and
-DIR/NAME-report.json, and prints how many conversations were kept and dropped, and why. The same
-build backs the `data.train=sharegpt:train` style sources (train/data/packaged.py), cached there.
+pystdlib: HumanEval-style code prompts from this Python's standard library, a train split
+(train/data/pystdlib.py). Writes DIR/NAME-SPLIT.jsonl (.jsonl.gz with --gzip; `load_rows` reads
+both) and DIR/NAME-report.json, and prints how many conversations were kept and dropped, and why.
+The same build of sharegpt and humaneval backs the `data.train=sharegpt:train` style sources
+(train/data/packaged.py), cached there.
 Exit code 2 when the source file cannot be found or read.
 """
 
@@ -17,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from train.data.packaged import SOURCES, split_file, write_prepared
+from train.data.packaged import SOURCES, split_file, write_prepared, write_splits
 from train.data.sharegpt import TURNS
 from train.package_files import PackageFileError
 
@@ -26,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m train.prepare_data", description=__doc__.split("\n")[0]
     )
-    p.add_argument("name", choices=sorted(SOURCES))
+    p.add_argument("name", choices=sorted([*SOURCES, "pystdlib"]))
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--file", help="read this file instead of the package's")
     p.add_argument(
@@ -35,10 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         help="sharegpt: one row of all turns, of the first, one row per answered turn, or those "
         "rows after the first (train/data/sharegpt.py)",
     )
-    p.add_argument("--seed", type=int, help="sharegpt: split seed (default 0)")
+    p.add_argument("--seed", type=int, help="sharegpt: split seed; pystdlib: shuffle (default 0)")
+    p.add_argument("--max-rows", type=int, help="pystdlib: at most this many prompts")
     p.add_argument("--heldout-fraction", type=float, help="sharegpt: default 0.02")
     p.add_argument("--gzip", action="store_true", help="write .jsonl.gz")
     a = p.parse_args(argv)
+    start = time.perf_counter()
+    if a.name == "pystdlib":
+        return prepare_pystdlib(p, a, start)
+    if a.max_rows is not None:
+        p.error(f"--max-rows does not apply to {a.name}")
     opts = dict(SOURCES[a.name].options)
     given = {"turns": a.turns, "seed": a.seed, "heldout_fraction": a.heldout_fraction}
     for key, value in given.items():
@@ -47,12 +56,32 @@ def main(argv: list[str] | None = None) -> int:
         if key not in opts:
             p.error(f"--{key.replace('_', '-')} does not apply to {a.name}")
         opts[key] = value
-    start = time.perf_counter()
     try:
         report = write_prepared(a.name, opts, Path(a.out), file=a.file, gz=a.gzip)
     except (PackageFileError, OSError, ValueError) as e:
         print(f"[prepare-data] error: {e}", file=sys.stderr)
         return 2
+    return done(report, a, start)
+
+
+def prepare_pystdlib(p: argparse.ArgumentParser, a, start: float) -> int:
+    from train.data.pystdlib import pystdlib_rows
+
+    for flag in ("file", "turns", "heldout_fraction"):
+        if getattr(a, flag) is not None:
+            p.error(f"--{flag.replace('_', '-')} does not apply to pystdlib")
+    if a.max_rows is not None and a.max_rows < 1:
+        p.error(f"--max-rows must be at least 1, got {a.max_rows}")
+    try:
+        rows, report = pystdlib_rows(seed=a.seed or 0, max_rows=a.max_rows)
+        write_splits("pystdlib", {"train": rows}, report, Path(a.out), a.gzip)
+    except (OSError, ValueError) as e:
+        print(f"[prepare-data] error: {e}", file=sys.stderr)
+        return 2
+    return done(report, a, start)
+
+
+def done(report: dict, a, start: float) -> int:
     print(json.dumps(report, indent=2))
     for split, n in report["splits"].items():
         print(f"[prepare-data] {split_file(Path(a.out), a.name, split, a.gzip)}: {n} rows")

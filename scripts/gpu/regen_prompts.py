@@ -4,11 +4,15 @@ train.regenerate replaces) longer than --max-prompt-tokens is dropped and counte
 512 new tokens fits the trainer's seq_len of 2048.
 
     python3 scripts/gpu/regen_prompts.py --target artifacts/smollm2-135m-instruct \
-        --data-dir artifacts/smollm2-data [--suffix .later] [--samples K] [--json FILE]
+        --data-dir artifacts/smollm2-data [--suffix .later] [--samples K] [--extra NAME]
+        [--json FILE]
 
 It reads DATA_DIR/sharegpt-{heldout,train}SUFFIX.jsonl (prepare_carry.sh: SUFFIX '' for the first
-turns, '.later' for each chat's later ones) and writes DATA_DIR/prompts.jsonl. With the same files
-and --samples the output is the same row for row, which a resumed regeneration relies on.
+turns, '.later' for each chat's later ones) and writes DATA_DIR/prompts.jsonl. `--extra NAME`
+(repeatable) adds DATA_DIR/NAME-train.jsonl's prompts to the train ones, spread evenly among
+them, so a regeneration cut by its time budget keeps each source's share (pystdlib: code prompts,
+train/data/pystdlib.py). With the same files and options the output is the same row for row,
+which a resumed regeneration relies on.
 """
 
 from __future__ import annotations
@@ -25,35 +29,47 @@ from train.data.regenerate import regeneration_prompt  # noqa: E402
 SPLITS = ("heldout", "train")  # held-out first: a cut run still holds every held-out prompt
 
 
-def build(tokenizer, data_dir: Path, suffix: str, samples: int, max_tokens: int) -> dict:
+def build(tokenizer, data_dir: Path, suffix: str, samples: int, max_tokens: int, extra=()) -> dict:
     kept, dropped, rows = {}, {}, {}
-    for split in SPLITS:
-        rows[split] = []
-        kept[split] = dropped[split] = 0
-        for line in (data_dir / f"sharegpt-{split}{suffix}.jsonl").open(encoding="utf-8"):
+    sources = {s: data_dir / f"sharegpt-{s}{suffix}.jsonl" for s in SPLITS}
+    sources.update({name: data_dir / f"{name}-train.jsonl" for name in extra})
+    for source, path in sources.items():
+        rows[source] = []
+        kept[source] = dropped[source] = 0
+        split = "heldout" if source == "heldout" else "train"
+        for line in path.open(encoding="utf-8"):
             row = json.loads(line)
             ids = tokenizer.apply_chat_template(
                 regeneration_prompt(row), add_generation_prompt=True, return_dict=True
             )["input_ids"]
             if len(ids) > max_tokens:
-                dropped[split] += 1
+                dropped[source] += 1
                 continue
-            kept[split] += 1
-            rows[split].append({**row, "split": split})
+            kept[source] += 1
+            rows[source].append({**row, "split": split})
+    train = spread([rows[s] for s in sources if s != "heldout"])
     with (data_dir / "prompts.jsonl").open("w", encoding="utf-8") as out:
         for row in rows["heldout"]:
             out.write(json.dumps(row) + "\n")
         for _ in range(samples):
-            for row in rows["train"]:
+            for row in train:
                 out.write(json.dumps(row) + "\n")
     return {
         "suffix": suffix,
         "samples": samples,
+        "extra": list(extra),
         "max_prompt_tokens": max_tokens,
         "kept": kept,
         "dropped_longer": dropped,
-        "rows_written": kept["heldout"] + samples * kept["train"],
+        "rows_written": kept["heldout"] + samples * len(train),
     }
+
+
+def spread(lists: list[list]) -> list:
+    """The lists' items as one, each list's spread evenly over it (item i of a list of n sits at
+    (i + 0.5) / n of the way), the first list's first on ties; each list keeps its order."""
+    keyed = [((i + 0.5) / len(xs), k, i) for k, xs in enumerate(lists) for i in range(len(xs))]
+    return [lists[k][i] for _, k, i in sorted(keyed)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", required=True, type=Path)
     ap.add_argument("--suffix", default="", help="'' (first turns) or '.later'")
     ap.add_argument("--samples", type=int, default=1, help="answers per train prompt")
+    ap.add_argument(
+        "--extra", action="append", default=[], help="also DATA_DIR/NAME-train.jsonl (repeatable)"
+    )
     ap.add_argument("--max-prompt-tokens", type=int, default=1536)
     ap.add_argument("--json", help="also write the counts here")
     a = ap.parse_args(argv)
@@ -70,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(a.target)
-    counts = build(tok, a.data_dir, a.suffix, a.samples, a.max_prompt_tokens)
+    missing = [n for n in a.extra if not (a.data_dir / f"{n}-train.jsonl").is_file()]
+    if missing:
+        ap.error(f"--extra {missing}: no {a.data_dir}/NAME-train.jsonl (train.prepare_data NAME)")
+    counts = build(tok, a.data_dir, a.suffix, a.samples, a.max_prompt_tokens, a.extra)
     print(
         f"prompts kept {counts['kept']}, dropped as longer than {a.max_prompt_tokens} tokens "
         f"{counts['dropped_longer']}; {a.samples} answers per train prompt"

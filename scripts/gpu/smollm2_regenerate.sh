@@ -3,7 +3,7 @@
 # (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
 #     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--turns later]
-#     [--restore-only] [--engines N]
+#     [--restore-only] [--engines N] [--extra NAME]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -30,6 +30,8 @@
 # --turns later: the prompts are each conversation's later turns (sharegpt-SPLIT.later.jsonl,
 #   prepare_carry.sh: `train.prepare_data --turns later`, the chat up to its second, third, ...
 #   user turn), which the first-turn sets (tags regen, greedy) leave out; use another --tag.
+# --extra NAME (repeatable): NAME-train.jsonl's prompts too, spread among the train ones
+#   (regen_prompts.py; pystdlib: HumanEval-form code prompts, prepare_carry.sh).
 # --tag NAME (default regen): the files are all.NAME.jsonl, train.NAME.jsonl and heldout.NAME.jsonl
 #   (each with its .summary.json), so a second set of answers (e.g. --temperature 0 --tag greedy)
 #   sits beside the first and smollm2_mix.sh can join them.
@@ -43,7 +45,7 @@
 # run resumes after them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
-RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS="" ENGINES=1
+RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS="" ENGINES=1 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -55,6 +57,7 @@ while [ $# -gt 0 ]; do
     --temperature) TEMPERATURE=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
     --engines) ENGINES=$2; shift 2 ;;
+    --extra) EXTRA+=(--extra "$2"); shift 2 ;;
     --turns) [ "$2" = later ] || { echo "--turns takes only 'later'" >&2; exit 2; }; PROMPTS=.later; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -69,7 +72,7 @@ if ls /tmp/carry/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
 fi
 [ -z "$RESTORE_ONLY" ] || [ -f $ALL ] || { echo "--restore-only: no shipped answers ($ALL)" >&2; exit 2; }
 [ -n "$RESTORE_ONLY" ] || python3 scripts/gpu/regen_prompts.py --target artifacts/smollm2-135m-instruct \
-  --data-dir $D --suffix "$PROMPTS" --samples "$SAMPLES" --json "$OUT/regen_prompts_$TAG.json"
+  --data-dir $D --suffix "$PROMPTS" --samples "$SAMPLES" "${EXTRA[@]}" --json "$OUT/regen_prompts_$TAG.json"
 # vLLM only now: the prompt file above (a minute for the later turns) is built while it arrives.
 case "$SERIES" in
   0.26) wait_for_vllm ;;

@@ -125,9 +125,16 @@ def split_file(out: Path, name: str, split: str, gz: bool = False) -> Path:
 
 def write_prepared(name: str, opts: dict, out: Path, *, file=None, gz=False, progress=True):
     """Build all splits of `name` into `out/NAME-SPLIT.jsonl[.gz]` + `out/NAME-report.json`
-    (written into a temp dir first, moved in at the end). -> the report."""
-    out.mkdir(parents=True, exist_ok=True)
+    (`write_splits`). -> the report."""
     splits, report = build_splits(name, opts, file, progress)
+    write_splits(name, splits, report, out, gz)
+    return report
+
+
+def write_splits(name: str, splits: dict[str, list[dict]], report: dict, out: Path, gz=False):
+    """`splits` as `out/NAME-SPLIT.jsonl[.gz]` and `report` as `out/NAME-report.json`, written
+    into a temp dir first and moved in at the end, so a killed run leaves no half file."""
+    out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{name}.tmp-{os.getpid()}"
     try:
         tmp.mkdir()
@@ -138,7 +145,6 @@ def write_prepared(name: str, opts: dict, out: Path, *, file=None, gz=False, pro
             os.replace(p, out / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return report
 
 
 def materialize(spec: str) -> Path:
