@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from scripts.gpu.carry_pieces import SLACK, CarryError, main, pack
+from scripts.gpu.carry_pieces import SLACK, CarryError, main, pack, pipeline_specs
 
 CAP = 1000  # bytes of carries a call in these tests
 
@@ -191,3 +191,23 @@ def test_no_room_beside_the_tree_is_an_error(tmp_path):
     make_files(repo, {"x.bin": 10})
     with pytest.raises(CarryError, match="no room in a call"):
         pack([f"carry={repo / 'x.bin'}"], repo, margin=0, tree=SLACK + 1, limit=SLACK)
+
+
+def test_a_pipeline_names_its_carries_on_pack_lines(tmp_path):
+    stages = tmp_path / "x.stages"
+    stages.write_text("# header\n#pack carry/.whl=.whl carry=.data/a.gz\n#pack vx=.c1\nt t.sh\n")
+    assert pipeline_specs(stages) == ["carry/.whl=.whl", "carry=.data/a.gz", "vx=.c1"]
+    stages.write_text("# header\nt t.sh\n")
+    with pytest.raises(CarryError, match="has no `#pack"):
+        pipeline_specs(stages)
+
+
+def test_relative_paths_are_read_from_the_repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    make_files(repo, {".gguf/model.gguf": 10})
+    monkeypatch.chdir(tmp_path)  # not the repo
+    pack_small(repo, ["carry=.gguf"])
+    (k1,) = calls(repo)
+    assert [e["name"] for e in json.loads((k1 / "carry.json").read_text())["files"]] == [
+        "model.gguf"
+    ]

@@ -10,6 +10,7 @@ beside today's tree (a file may span two calls); `join`, on the device, puts eac
 together once all its pieces came, checks its sha256 and renames it into place whole.
 
     python3 scripts/gpu/carry_pieces.py pack [--margin-mib 12] DEST=PATH ...
+    python3 scripts/gpu/carry_pieces.py pack --pipeline NAME     (its stage file's `#pack` lines)
     python3 scripts/gpu/carry_pieces.py join .kN         (session.sh: each carried .kN)
     python3 scripts/gpu/carry_pieces.py complete DEST    (exit 0 once all of DEST's files are in)
 
@@ -60,15 +61,16 @@ def parse_dest(dest: str) -> tuple[str, str | None]:
     return root, sub or None
 
 
-def gather(specs: list[str]) -> list[dict]:
-    """DEST=PATH arguments -> [{dest, name, src}] in order (a folder: its files, sorted)."""
+def gather(specs: list[str], repo: Path) -> list[dict]:
+    """DEST=PATH arguments (a relative PATH from `repo`) -> [{dest, name, src}] in order (a
+    folder: its files, sorted)."""
     files, seen = [], {}
     for spec in specs:
         dest, sep, path = spec.partition("=")
         if not sep or not path:
             raise CarryError(f"{spec!r}: expected DEST=PATH")
         parse_dest(dest)
-        src = Path(path)
+        src = repo / path  # an absolute path stays as it is
         if src.is_dir():
             entries = sorted(src.iterdir())
             nested = [e.name for e in entries if not e.is_file()]
@@ -122,7 +124,7 @@ def pack(
     """Write .k1 .. .kN under `repo` (earlier .kN folders removed) -> the lines it prints."""
     tree = tree_bytes(repo) if tree is None else tree
     cap = limit - tree - margin - SLACK
-    files = plan(gather(specs), cap)
+    files = plan(gather(specs, repo), cap)
     for f in files:
         f["sha256"] = sha256_of(f["src"])
     calls = max(p["call"] for f in files for p in f["pieces"])
@@ -154,6 +156,21 @@ def pack(
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
         lines.append(f"{d.name}: {size:,} bytes, {left:,} left beside the tree: {shown}")
     return lines
+
+
+def pipeline_specs(stages: Path) -> list[str]:
+    """The DEST=PATH specs of a stage file's `#pack DEST=PATH ...` lines, in order."""
+    if not stages.is_file():
+        raise CarryError(f"{stages}: no such stage file")
+    specs = [
+        spec
+        for line in stages.read_text().splitlines()
+        if line.startswith("#pack ")
+        for spec in line.split()[1:]
+    ]
+    if not specs:
+        raise CarryError(f"{stages} has no `#pack DEST=PATH ...` line")
+    return specs
 
 
 # ---------------------------------------------------------------------------- device side
@@ -249,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pack", help="cut DEST=PATH files into .k1 .. .kN")
-    p.add_argument("specs", nargs="+", metavar="DEST=PATH")
+    p.add_argument("specs", nargs="*", metavar="DEST=PATH")
+    p.add_argument("--pipeline", help="pack what scripts/gpu/NAME.stages names on `#pack` lines")
     p.add_argument("--margin-mib", type=float, default=12.0, help="room left in each call")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]))
     j = sub.add_parser("join", help="take in a carried .kN, join the files whose pieces are in")
@@ -259,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.cmd == "pack":
-            print("\n".join(pack(a.specs, Path(a.repo), int(a.margin_mib * 2**20))))
+            if bool(a.specs) == bool(a.pipeline):
+                ap.error("pack takes DEST=PATH arguments or --pipeline NAME, one of the two")
+            specs = a.specs
+            if a.pipeline:
+                specs = pipeline_specs(Path(a.repo) / "scripts" / "gpu" / f"{a.pipeline}.stages")
+            print("\n".join(pack(specs, Path(a.repo), int(a.margin_mib * 2**20))))
             return 0
         if a.cmd == "complete":
             parse_dest(a.dest)
