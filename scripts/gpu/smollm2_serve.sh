@@ -6,7 +6,7 @@
 # 32 / 64 / 256 requests at concurrency 1 / 8 / 32 (16 / 32 / 128 until 2026-12-05, when drafts of
 # about the same acceptance read 0.79x and 1.44x at 8 in runs of 2 s); vllm_speedup_table.py pairs
 # the rows' requests by index for a 95% interval on each speed-up.
-#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain | ROW...]
+#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain | ROW...] [concurrency=C,C...]
 # 0.26 (default): vLLM 0.26 from /tmp/vsite (vllm_install.sh). 0.34: the serving pin from /tmp/v34site
 # (vllm034_install.sh), one more row unless `plain`: the draft with adaptive verification (confidence
 # head). DRAFT_DIR: default outputs/smollm2_dspark/final. ROWs, one server each, in this order
@@ -14,10 +14,13 @@
 # dspark_adaptive, dspark_kN (the draft proposing N of its tokens a round: at low acceptance the
 # last slots add little and cost verify work at high concurrency). Every row lands in $OUT as
 # vllm_ROW_cC.json and the speed-up table covers all rows there, earlier stages' too.
+# concurrency=1 (default 1,8,32): only those levels, for a session short of minutes.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-VLLM_SERIES="${1:-0.26}" DRAFT="${2:-outputs/smollm2_dspark/final}" ROWS=()
+VLLM_SERIES="${1:-0.26}" DRAFT="${2:-outputs/smollm2_dspark/final}" ROWS=() LEVELS=(1 8 32)
 for a in "${@:3}"; do
   case "$a" in
+    concurrency=*) IFS=, read -r -a LEVELS <<<"${a#concurrency=}"
+      for c in "${LEVELS[@]}"; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || { echo "smollm2_serve.sh: bad $a" >&2; exit 2; }; done ;;
     plain) ROWS=(dspark target_only) ;;
     dspark|target_only|dspark_adaptive|dspark_k[1-9]) ROWS+=("$a") ;;
     *) echo "smollm2_serve.sh: unknown row $a (dspark, target_only, dspark_adaptive, dspark_kN, plain)" >&2; exit 2 ;;
@@ -61,7 +64,7 @@ serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
   if [ $ok = 1 ]; then
     python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency 4 --num-prompts 8 \
       --max-tokens 32 --prompts $P >/dev/null  # warm-up, not recorded
-    for c in 1 8 32; do
+    for c in "${LEVELS[@]}"; do
       python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency $c \
         --num-prompts $((c < 4 ? 32 : 8 * c)) --max-tokens 256 --temperature 0 --prompts $P \
         --json "$OUT/vllm_${name}_c$c.json" | tail -22
