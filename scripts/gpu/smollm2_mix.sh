@@ -9,10 +9,16 @@
 # ShareGPT's own, which keep a draft trained on many tokens from passing over too few answers.
 # Beside it, train.mix.jsonl.summary.json (train.distill records it as provenance): the first
 # source's summary (the regeneration's, if it has one) and every source's file, rows and summary.
+# A source with no rows (a regeneration whose time budget ended before its first train answer) is
+# left out and named, so the draft still trains on the others; with none left it fails.
 set -euo pipefail; cd "$(dirname "$0")/../.."
 D=artifacts/smollm2-data
-SOURCES=("$@"); [ $# -gt 0 ] || SOURCES=(train.regen.jsonl sharegpt-train.jsonl)
-for f in "${SOURCES[@]}"; do [ -s "$D/$f" ] || { echo "smollm2_mix.sh: no rows in $D/$f" >&2; exit 2; }; done
+ASKED=("$@"); [ $# -gt 0 ] || ASKED=(train.regen.jsonl sharegpt-train.jsonl)
+SOURCES=()
+for f in "${ASKED[@]}"; do
+  if [ -s "$D/$f" ]; then SOURCES+=("$f"); else echo "smollm2_mix.sh: no rows in $D/$f, left out" >&2; fi
+done
+[ ${#SOURCES[@]} -gt 0 ] || { echo "smollm2_mix.sh: none of ${ASKED[*]} has rows" >&2; exit 2; }
 (cd $D && cat "${SOURCES[@]}") >$D/train.mix.jsonl
 python3 - "$D" "${SOURCES[@]}" <<'PY'
 import json, os, sys
