@@ -12,15 +12,16 @@ import pytest
 
 from scripts.gpu.carry_pieces import SLACK, pack
 
-GPU = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
-SCRIPTS = (
-    "session.sh",
-    "run_all.sh",
-    "env.sh",
-    "poll.sh",
-    "vllm_install.sh",
-    "carry_pieces.py",
-    "check_carries.py",
+REPO = Path(__file__).resolve().parents[1]
+GPU = REPO / "scripts" / "gpu"
+SCRIPTS = ("session.sh", "run_all.sh", "env.sh", "poll.sh", "vllm_install.sh")
+# What carry_pieces.py imports, at their places in the repo.
+MODULES = (
+    "scripts/__init__.py",
+    "scripts/gpu/carry_pieces.py",
+    "scripts/gpu/check_carries.py",
+    "train/__init__.py",
+    "train/package_files.py",
 )
 
 
@@ -33,6 +34,9 @@ def machine(tmp_path):
     gpu.mkdir(parents=True)
     for name in SCRIPTS:
         (gpu / name).write_text((GPU / name).read_text())
+    for rel in MODULES:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text((REPO / rel).read_text())
     carry = tmp_path / "carry"
     (gpu / "join.sh").write_text(
         "source scripts/gpu/env.sh\n"

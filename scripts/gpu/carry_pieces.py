@@ -31,8 +31,9 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_carries import LIMIT, tree_bytes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from scripts.gpu.check_carries import LIMIT, tree_bytes  # noqa: E402
+from train.package_files import sha256_file  # noqa: E402
 
 MANIFEST = "carry.json"
 ROOTS = {"carry": ("CARRY_DIR", "/tmp/carry"), "vx": ("VX_DIR", "/tmp/vx")}
@@ -45,14 +46,6 @@ class CarryError(Exception):
 
 
 # ---------------------------------------------------------------------------------- pack side
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(BUF):
-            h.update(block)
-    return h.hexdigest()
-
-
 def parse_dest(dest: str) -> tuple[str, str | None]:
     """`root[/sub]` -> (root, sub or None)."""
     root, _, sub = dest.partition("/")
@@ -126,7 +119,7 @@ def pack(
     cap = limit - tree - margin - SLACK
     files = plan(gather(specs, repo), cap)
     for f in files:
-        f["sha256"] = sha256_of(f["src"])
+        f["sha256"] = sha256_file(f["src"])
     calls = max(p["call"] for f in files for p in f["pieces"])
     entries = [{k: f[k] for k in ("dest", "name", "size", "sha256", "pieces")} for f in files]
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:16]
@@ -237,7 +230,7 @@ def join_ready(manifest: dict, pieces: Path) -> tuple[list[str], list[str], list
             for f in parts:
                 with open(f, "rb") as fi:
                     shutil.copyfileobj(fi, out, BUF)
-        if tmp.stat().st_size != e["size"] or sha256_of(tmp) != e["sha256"]:
+        if tmp.stat().st_size != e["size"] or sha256_file(tmp) != e["sha256"]:
             tmp.unlink()
             bad.append(f"{e['dest']}/{e['name']}: its joined pieces do not match its sha256")
             continue
