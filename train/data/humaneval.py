@@ -18,6 +18,11 @@ INSTRUCTION = (
 )
 
 
+def code_task_row(task_id: str, prompt: str) -> dict:
+    """A code task as a held-out or train chat row: INSTRUCTION, then `prompt` verbatim."""
+    return {"id": task_id, "messages": [{"role": "user", "content": INSTRUCTION + prompt}]}
+
+
 def humaneval_rows(path: str | os.PathLike) -> list[dict]:
     """-> one row per task of the (optionally gzipped) HumanEval JSONL `path`, in file order."""
     opener = gzip.open if os.fspath(path).endswith(".gz") else open
@@ -29,8 +34,7 @@ def humaneval_rows(path: str | os.PathLike) -> list[dict]:
             task = json.loads(line)
             if not isinstance(task.get("task_id"), str) or not isinstance(task.get("prompt"), str):
                 raise ValueError(f"{path}: line {n} has no string task_id / prompt")
-            content = INSTRUCTION + task["prompt"]
-            rows.append({"id": task["task_id"], "messages": [{"role": "user", "content": content}]})
+            rows.append(code_task_row(task["task_id"], task["prompt"]))
     if not rows:
         raise ValueError(f"{path}: no HumanEval tasks")
     return rows

@@ -7,7 +7,7 @@ source of the same form: every public function, and every public method of a pub
 has a docstring, in the standard library's modules (tests, demos and GUI packages left out),
 written as HumanEval writes a task (the signature, then the docstring indented in triple
 quotes, a method inside its class's header) behind the same instruction
-(`train.data.humaneval.INSTRUCTION`). Only prompts: the target writes the answers
+(`train.data.humaneval.code_task_row`). Only prompts: the target writes the answers
 (`train.regenerate`), as it does for ShareGPT's.
 
 Row: `{"id": "pystdlib/PATH:NAME", "messages": [{"role": "user", "content": ...}]}`. The rows depend
@@ -26,7 +26,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-from train.data.humaneval import INSTRUCTION
+from train.data.humaneval import code_task_row
 
 SKIP_DIRS = frozenset(
     {
@@ -114,9 +114,7 @@ def pystdlib_rows(
                     duplicates += 1
                     continue
                 seen.add(text)
-                content = INSTRUCTION + text
-                message = {"role": "user", "content": content}
-                rows.append({"id": f"pystdlib/{rel}:{qual}", "messages": [message]})
+                rows.append(code_task_row(f"pystdlib/{rel}:{qual}", text))
     if not rows:
         raise ValueError(f"{root}: no documented public functions found")
     found = len(rows)
