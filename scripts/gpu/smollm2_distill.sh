@@ -15,11 +15,13 @@ done
 # torch.compile's artifacts (train/compile_cache.py): from /tmp/carry/compile_cache.bin where a
 # session carried one in, else written here at the runs' ends (their logs give its size; not
 # shipped back yet, so it does not take a poll's room from the drafts).
-CC=/tmp/dspark-compile-cache.bin
-[ -f $CC ] || [ ! -f /tmp/carry/compile_cache.bin ] || cp /tmp/carry/compile_cache.bin $CC
+# (Not named CC: the device's environment exports CC, the C compiler Triton builds its helpers
+# with, and 2026-12-05's distill stage failed calling this file as one.)
+CACHE_FILE=/tmp/dspark-compile-cache.bin
+[ -f $CACHE_FILE ] || [ ! -f /tmp/carry/compile_cache.bin ] || cp /tmp/carry/compile_cache.bin $CACHE_FILE
 for e in "${EXPS[@]}"; do
   python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false trainer.print_every=25 \
-    trainer.compile_cache=$CC "${OVERRIDES[@]}" >"$OUT/$e.log" 2>&1 &
+    trainer.compile_cache=$CACHE_FILE "${OVERRIDES[@]}" >"$OUT/$e.log" 2>&1 &
 done
 wait; rc=0
 # The compile caches the runs left (kernels and graphs): how much a later session would carry to
