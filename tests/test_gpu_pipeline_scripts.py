@@ -124,3 +124,77 @@ def test_a_poll_waits_while_its_pipeline_runs(tmp_path):
         waited = time.monotonic() - started
         alive.kill()
     assert waited >= 3 and done.returncode == 0, done.stdout
+
+
+def unpack_draft(tmp_path: Path, members: dict[str, bytes]) -> subprocess.CompletedProcess:
+    """draft_from_archive.sh on an archive of MEMBERS (path -> bytes) in a stand-in carry folder."""
+    import io
+    import os
+    import tarfile
+
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    with tarfile.open(carry / "d.tgz", "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    env = dict(os.environ, CARRY_DIR=str(carry), OUT=str(tmp_path / "out"))
+    return subprocess.run(
+        ["bash", str(GPU / "draft_from_archive.sh"), "d.tgz", str(tmp_path / "draft")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_carried_draft_archive_unpacks_where_init_from_and_serving_read_it(tmp_path):
+    done = unpack_draft(tmp_path, {"final/config.json": b"{}", "final/model.safetensors": b"w"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "draft" / "final" / "model.safetensors").read_bytes() == b"w"
+
+
+@pytest.mark.parametrize(
+    "members, why",
+    [
+        ({"final/config.json": b"{}", "other/x": b"x"}, "more than a final/ folder"),
+        ({"final/config.json": b"{}"}, "no final/config.json and final/model.safetensors"),
+    ],
+)
+def test_a_draft_archive_of_the_wrong_shape_is_refused_by_name(tmp_path, members, why):
+    done = unpack_draft(tmp_path, members)
+    assert done.returncode == 1 and why in done.stderr
+
+
+TOOLCHAIN_VARIABLES = (
+    "CC",
+    "CXX",
+    "CPP",
+    "LD",
+    "AR",
+    "AS",
+    "NM",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "CPATH",
+    "LIBRARY_PATH",
+    "LD_LIBRARY_PATH",
+    "PATH",
+    "TMPDIR",
+    "HOME",
+)
+
+
+@pytest.mark.parametrize("script", sorted(GPU.glob("*.sh")), ids=lambda p: p.name)
+def test_no_device_script_reuses_a_variable_the_environment_exports(script):
+    """A plain `CC=...` in a script changes the exported compiler its children see: on 2026-12-05
+    the distill stage's compile-cache path was named CC, the device exports CC for Triton's C
+    helpers, and the stage failed running the cache file as gcc."""
+    import re
+
+    assign = re.compile(r"(?:^|[\s;(&|])(" + "|".join(TOOLCHAIN_VARIABLES) + r")=")
+    for n, line in enumerate(script.read_text().splitlines(), 1):
+        code = line.split("#", 1)[0]
+        assert not assign.search(code), f"{script.name}:{n} assigns {assign.search(code)[1]}"
