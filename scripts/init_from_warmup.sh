@@ -19,6 +19,7 @@ run() {  # NAME OVERRIDE...
     data.heldout="$T/heldout16.jsonl" data.num_proc=1 trainer.max_steps=3 trainer.micro_batch_size=1 \
     trainer.num_anchors=64 trainer.eval_every=3 trainer.eval_batches=1 trainer.save_every=0 \
     trainer.draft_attention=sdpa trainer.target_attention=sdpa trainer.compile_draft=false \
+    trainer.compile_target=false trainer.compile_loss=false \
     trainer.progress=false output_dir="$OUT/$name" overwrite=true "$@" >"$OUT/$name.log" 2>&1
   cp "$OUT/$name/summary.json" "$OUT/$name.summary.json"; rm -rf "$OUT/$name"  # 625 MB of weights
 }
