@@ -89,10 +89,11 @@ def test_summary_refuses_mixed_settings(target_dir, tmp_path):
 
 
 def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
-    """--vllm-cuda-graphs / --vllm-max-num-seqs / --vllm-gpu-memory become vLLM's enforce_eager /
-    max_num_seqs / gpu_memory_utilization (a stand-in `vllm` module records the engine's arguments
-    and echoes eos; the real engine is in the vLLM suite); without them the engine stays eager
-    with vLLM's own batch cap and memory share, and a share outside (0, 1] is refused."""
+    """--vllm-cuda-graphs / --vllm-max-num-seqs / --vllm-gpu-memory / --vllm-kv-cache-gib become
+    vLLM's enforce_eager / max_num_seqs / gpu_memory_utilization / kv_cache_memory_bytes (a
+    stand-in `vllm` module records the engine's arguments and echoes eos; the real engine is in
+    the vLLM suite); without them the engine stays eager with vLLM's own batch cap, memory share
+    and profiled KV cache, and a share outside (0, 1] or a KV cache of 0 GiB is refused."""
     import importlib.machinery
     import sys
     import types
@@ -133,22 +134,28 @@ def test_vllm_flags_reach_the_engine(target_dir, tmp_path, monkeypatch):
                 "64",
                 "--vllm-gpu-memory",
                 "0.5",
+                "--vllm-kv-cache-gib",
+                "1.5",
             ]
         )
         == 0
     )
     assert seen[0]["enforce_eager"] is True
-    assert not {"max_num_seqs", "gpu_memory_utilization"} & set(seen[0])
+    assert not {"max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes"} & set(seen[0])
     assert seen[1]["enforce_eager"] is False and seen[1]["max_num_seqs"] == 64
     assert seen[1]["gpu_memory_utilization"] == 0.5
+    assert seen[1]["kv_cache_memory_bytes"] == 3 * 2**29
     summary = json.loads((tmp_path / "b.jsonl.summary.json").read_text())
     assert summary["vllm_options_this_run"] == {
         "cuda_graphs": True,
         "max_num_seqs": 64,
         "gpu_memory_utilization": 0.5,
+        "kv_cache_memory_bytes": 3 * 2**29,
     }
     with pytest.raises(SystemExit):
         main([*base, "--out", str(tmp_path / "c.jsonl"), "--vllm-gpu-memory", "1.5"])
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(tmp_path / "d.jsonl"), "--vllm-kv-cache-gib", "0"])
     assert len(seen) == 2
 
 

@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="vllm backend: share of the GPU's memory (default vLLM's 0.9); lower to share the GPU",
     )
+    ap.add_argument(
+        "--vllm-kv-cache-gib",
+        type=float,
+        default=None,
+        help="vllm backend: a KV cache of this size instead of one sized by a start-up memory "
+        "profile, whose check fails while another engine on the GPU frees memory",
+    )
     ap.add_argument("--shard", default=None, metavar="K/N", help="answer only shard K of N")
     ap.add_argument("--ready-file", default=None, help="touched once the engine is built")
     ap.add_argument(
@@ -76,11 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     shard = parse_shard(ap, a.shard)
     if a.vllm_gpu_memory is not None and not 0 < a.vllm_gpu_memory <= 1:
         ap.error(f"--vllm-gpu-memory must be in (0, 1], got {a.vllm_gpu_memory}")
+    if a.vllm_kv_cache_gib is not None and not a.vllm_kv_cache_gib > 0:
+        ap.error(f"--vllm-kv-cache-gib must be > 0, got {a.vllm_kv_cache_gib}")
     vllm_options = {
         "cuda_graphs": a.vllm_cuda_graphs,
         "max_num_seqs": a.vllm_max_num_seqs,
         "gpu_memory_utilization": a.vllm_gpu_memory,
     }
+    if a.vllm_kv_cache_gib is not None:
+        vllm_options["kv_cache_memory_bytes"] = int(a.vllm_kv_cache_gib * 2**30)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(a.target)

@@ -3,7 +3,7 @@
 # (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
 #     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--turns later]
-#     [--restore-only] [--engines N] [--extra NAME]
+#     [--restore-only] [--engines N] [--start-together] [--extra NAME]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -21,8 +21,13 @@
 #   chunk of 1,024 prompts (train.regenerate --shard K/N, then --join-shards N), each with 0.9/N of
 #   the memory (or --gpu-memory's share / N); engine K+1 starts once engine K is built (vLLM's
 #   start-up memory profile asserts when another process frees GPU memory meanwhile). The loop of
-#   one engine is bound by the host (above), and the machine has 16 cores. Not yet measured with
-#   N > 1: the joined summary and this stage's log give the answers a second.
+#   one engine is bound by the host (above), and the machine has 16 cores. On 2026-12-05 (an H100)
+#   three engines were built after 58, 106 and 150 s (84 and 150 s, the third not started, in a
+#   machine's first vLLM stage) and each then wrote 44-54 answers a second.
+# --start-together (with --engines N): the N engines start at once, each with a KV cache of
+#   REGEN_KV_GIB GiB (default 16: 745k tokens of SmolLM2) instead of one sized by vLLM's start-up
+#   memory profile, whose check is what fails while another engine frees memory; the one-by-one
+#   start above left engines 1 and 2 idle for 48-150 s of a stage. Not yet run on a GPU.
 # --restore-only: restore the shipped answers (below) and split them, without vLLM or new answers.
 # --temperature T (default 0.7, with top-p 0.8): 0 writes the target's greedy answers, the
 #   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
@@ -45,7 +50,7 @@
 # run resumes after them: with the same --samples the prompt file is the same, row for row.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 SAMPLES="${REGEN_SAMPLES:-1}" SERIES=0.26 GRAPHS="${REGEN_CUDA_GRAPHS:-}" MAX_SECONDS="" MEMORY=""
-RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS="" ENGINES=1 EXTRA=()
+RESTORE_ONLY="" TEMPERATURE=0.7 TAG=regen PROMPTS="" ENGINES=1 EXTRA=() TOGETHER=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --samples) SAMPLES=$2; shift 2 ;;
@@ -57,6 +62,7 @@ while [ $# -gt 0 ]; do
     --temperature) TEMPERATURE=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
     --engines) ENGINES=$2; shift 2 ;;
+    --start-together) TOGETHER=1; shift ;;
     --extra) EXTRA+=(--extra "$2"); shift 2 ;;
     --turns) [ "$2" = later ] || { echo "--turns takes only 'later'" >&2; exit 2; }; PROMPTS=.later; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
@@ -90,21 +96,28 @@ regenerate() {  # regenerate [ARGS...]: the target answers the prompt file into 
     --top-p 0.8 --max-new-tokens "${REGEN_MAX_NEW_TOKENS:-512}" ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} "$@" 2>&1 |
     grep --line-buffered -v "it/s\]"
 }
+wait_built() {  # K PID READY_FILE: until engine K is built or its process ended, then say which
+  while [ ! -f "$3" ] && kill -0 $2 2>/dev/null; do sleep 2; done
+  echo "engine $1: $([ -f "$3" ] && echo "built after $((SECONDS - start)) s" || echo "ended before it was built")"
+}
 if [ -n "$RESTORE_ONLY" ]; then :
 elif [ "$ENGINES" = 1 ]; then
   regenerate --batch-size 4096 ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${MEMORY:+--vllm-gpu-memory $MEMORY}
 else
-  share=$(python3 -c "print(round(${MEMORY:-0.9} / $ENGINES, 3))") start=$SECONDS
+  share=$(python3 -c "print(round(${MEMORY:-0.9} / $ENGINES, 3))") start=$SECONDS pids=()
   for k in $(seq 0 $((ENGINES - 1))); do
     left=""; [ -z "$MAX_SECONDS" ] || left=$((MAX_SECONDS - (SECONDS - start)))
     [ -z "$left" ] || [ "$left" -gt 30 ] || { echo "engine $k not started: ${left}s left"; break; }
     ready=$D/.engine$k.ready; rm -f "$ready"
     regenerate --batch-size "${REGEN_CHUNK:-1024}" --shard "$k/$ENGINES" --vllm-gpu-memory "$share" \
+      ${TOGETHER:+--vllm-kv-cache-gib ${REGEN_KV_GIB:-16}} \
       --ready-file "$ready" ${left:+--max-seconds $left} >"$OUT/regenerate_${TAG}_engine$k.log" &
-    pid=$!
-    while [ ! -f "$ready" ] && kill -0 $pid 2>/dev/null; do sleep 2; done
-    echo "engine $k: $([ -f "$ready" ] && echo "built after $((SECONDS - start)) s" || echo "ended before it was built")"
+    pids+=($!)
+    [ -n "$TOGETHER" ] || wait_built $k $! "$ready"
   done
+  if [ -n "$TOGETHER" ]; then
+    for k in "${!pids[@]}"; do wait_built $k ${pids[$k]} $D/.engine$k.ready; done
+  fi
   wait
   python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --out $ALL --join-shards "$ENGINES"
   python3 -c "import json; s = json.load(open('$ALL.summary.json')); print(f\"{s['engines']} engines: {s['written_this_run']} answers in {s['seconds_this_run']} s\")"

@@ -95,7 +95,10 @@ class VLLMGenerator:
     decode is then bound by kernel launches (SmolLM2-135M on the H200: 9.8k tokens/s, 2026-12-03).
     `max_num_seqs`: vLLM's running-request cap (None: vLLM's default). `gpu_memory_utilization`:
     the share of the GPU's memory this engine takes (None: vLLM's default, 0.9); lower it to share
-    the GPU with another vLLM engine or a training run."""
+    the GPU with another vLLM engine or a training run. `kv_cache_memory_bytes`: a KV cache of
+    that size; vLLM then skips the start-up memory profile, whose check (free memory must not grow
+    while it runs) fails when another engine on the GPU frees memory meanwhile, so engines sharing
+    a GPU can start at once (vLLM still wants `gpu_memory_utilization` of the GPU free at start)."""
 
     def __init__(
         self,
@@ -105,6 +108,7 @@ class VLLMGenerator:
         cuda_graphs: bool = False,
         max_num_seqs=None,
         gpu_memory_utilization=None,
+        kv_cache_memory_bytes=None,
     ):
         from vllm import LLM
 
@@ -120,6 +124,7 @@ class VLLMGenerator:
             for k, v in (
                 ("max_num_seqs", max_num_seqs),
                 ("gpu_memory_utilization", gpu_memory_utilization),
+                ("kv_cache_memory_bytes", kv_cache_memory_bytes),
             )
             if v is not None
         }
