@@ -109,8 +109,11 @@ else
     left=""; [ -z "$MAX_SECONDS" ] || left=$((MAX_SECONDS - (SECONDS - start)))
     [ -z "$left" ] || [ "$left" -gt 30 ] || { echo "engine $k not started: ${left}s left"; break; }
     ready=$D/.engine$k.ready; rm -f "$ready"
-    regenerate --batch-size "${REGEN_CHUNK:-1024}" --shard "$k/$ENGINES" --vllm-gpu-memory "$share" \
-      ${TOGETHER:+--vllm-kv-cache-gib ${REGEN_KV_GIB:-16}} \
+    # Engines that start together compile together: each but the first gets a vLLM compile cache
+    # of its own, so none reads another's half-written artifacts.
+    cache=${VLLM_CACHE_ROOT:-$HOME/.cache/vllm}; [ -z "$TOGETHER" ] || [ $k = 0 ] || cache=/tmp/vllm-cache-engine$k
+    VLLM_CACHE_ROOT=$cache regenerate --batch-size "${REGEN_CHUNK:-1024}" --shard "$k/$ENGINES" \
+      --vllm-gpu-memory "$share" ${TOGETHER:+--vllm-kv-cache-gib ${REGEN_KV_GIB:-16}} \
       --ready-file "$ready" ${left:+--max-seconds $left} >"$OUT/regenerate_${TAG}_engine$k.log" &
     pids+=($!)
     [ -n "$TOGETHER" ] || wait_built $k $! "$ready"
