@@ -22,8 +22,8 @@
 #   the memory (or --gpu-memory's share / N); engine K+1 starts once engine K is built (vLLM's
 #   start-up memory profile asserts when another process frees GPU memory meanwhile). The loop of
 #   one engine is bound by the host (above), and the machine has 16 cores. On 2026-12-05 (an H100)
-#   three engines were built after 58, 106 and 150 s (84 and 150 s, the third not started, in a
-#   machine's first vLLM stage) and each then wrote 44-54 answers a second.
+#   three engines were built after 58, 106 and 150 s and wrote 13,181 answers in a 241-s stage
+#   (in the machine's first vLLM stage: 84 and 150 s, the third not started, 5,120 answers).
 # --start-together (with --engines N): the N engines start at once, each with a KV cache of
 #   REGEN_KV_GIB GiB (default 16: 745k tokens of SmolLM2) instead of one sized by vLLM's start-up
 #   memory profile, whose check is what fails while another engine frees memory; the one-by-one
