@@ -139,6 +139,26 @@ def test_assistant_mask_covers_exactly_assistant_content(tok):
             assert m["content"] in unsupervised
 
 
+@pytest.mark.parametrize("template", [None, "no_generation_markers"])
+def test_a_regenerated_row_supervises_only_the_answer_the_target_wrote(tok, template):
+    """A later-turn row that train.regenerate answered holds the source's earlier answers and the
+    target's last one: only the last is supervised (both the marked and the incremental-render
+    paths), the row says so, and a row without `regen` or with one answer is unchanged."""
+    chat_template = None if template is None else CHATML_NO_GENERATION
+    render = Renderer(tok, chat_template=chat_template).render
+    row = chat(3, turns=3)
+    regen = {**row, "regen": {"temperature": 0.0}}
+    ids, full_mask = render(row, 0).ids, render(row, 0).mask
+    out = render(regen, 0)
+    assert out.ids == ids and out.notes == ["regen_final_turn"]
+    last = row["messages"][-1]["content"] + "<|im_end|>"
+    assert tok.decode([t for t, m in zip(ids, out.mask) if m]) == last
+    assert all(f or not m for f, m in zip(full_mask, out.mask))  # a subset of the full mask
+    one = chat(4, turns=1)
+    assert render({**one, "regen": {}}, 0).mask == render(one, 0).mask
+    assert render({**one, "regen": {}}, 0).notes == []
+
+
 def test_sharegpt_renders_like_messages(tok):
     row = chat(1)
     names = {"system": "system", "user": "human", "assistant": "gpt"}

@@ -12,6 +12,9 @@ Contracts:
   all-ones mask: training on prompts would teach the draft user text.
 - `data.chat_template=FILE` overrides the tokenizer's template (either path applies to it);
   `template_kwargs` (e.g. {"enable_thinking": False}) go to the template.
+- a regenerated chat row (a `regen` field, train.regenerate) supervises its final assistant turn
+  only: the target wrote that one; earlier assistant turns are the source data's answers, context
+  the draft never proposes at serving time (counted as `regen_final_turn`).
 - text rows: `tokenizer(text)` (so a BOS-requiring target gets its BOS) plus EOS; all supervised.
 - both lists have the same length >= 1; ids are target-vocab ids.
 """
@@ -213,11 +216,29 @@ class Renderer:
         if isinstance(content, str):
             return Rendered(*self.render_text(content), notes)
         ids, mask, final_only = self.render_chat(content, index)
-        return Rendered(ids, mask, notes + (["final_turn_only"] if final_only else []))
+        notes += ["final_turn_only"] if final_only else []
+        if isinstance(row, dict) and "regen" in row and not final_only:
+            last = last_run(mask)
+            if last != mask:  # earlier assistant turns: the source's answers, not the target's
+                mask = last
+                notes.append("regen_final_turn")
+        return Rendered(ids, mask, notes)
 
     def __call__(self, row, index: int) -> tuple[list[int], list[bool]]:
         r = self.render(row, index)
         return r.ids, r.mask
+
+
+def last_run(mask: list[bool]) -> list[bool]:
+    """Only the last run of True in `mask`: the final assistant turn's tokens (a turn's tokens are
+    one run, and a user turn separates two assistant turns)."""
+    end = len(mask)
+    while end and not mask[end - 1]:
+        end -= 1
+    start = end
+    while start and mask[start - 1]:
+        start -= 1
+    return [start <= i < end for i in range(len(mask))]
 
 
 class _Rejected(Exception):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from train.data.rows import REASONS, TURN_REASONS
 
-ROW_KEPT_REASONS = ("final_turn_only", "truncated", "split")
+ROW_KEPT_REASONS = ("final_turn_only", "regen_final_turn", "truncated", "split")
 
 
 class BadDataShare(ValueError):

@@ -34,6 +34,8 @@ REASONS = {
     # the row is kept, changed
     "final_turn_only": "supervised on the final assistant turn only (the template rewrites "
     "earlier turns, see train/data/spans.py)",
+    "regen_final_turn": "a regenerated row: supervised on its final assistant turn only (the "
+    "target's answer; the earlier ones are the source's)",
     "truncated": "longer than data.seq_len, truncated",
     "split": "longer than data.seq_len, split into chunks",
 }
