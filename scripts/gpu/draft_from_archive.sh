@@ -5,7 +5,7 @@
 # evaluation stages read DIR/final and `init_from=DIR/final` trains on from it.
 #   bash scripts/gpu/draft_from_archive.sh ARCHIVE DIR
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-A="${CARRY_DIR:-/tmp/carry}/${1:?usage: draft_from_archive.sh ARCHIVE DIR}" DIR="${2:?usage: draft_from_archive.sh ARCHIVE DIR}"
+A="$CARRY_DIR/${1:?usage: draft_from_archive.sh ARCHIVE DIR}" DIR="${2:?usage: draft_from_archive.sh ARCHIVE DIR}"
 wait_for_files 600 "$A" || { echo "the draft archive $A never arrived" >&2; exit 1; }
 [ "$(tar -tzf "$A" | grep -v '^final/' | head -1)" = "" ] ||
   { echo "$A holds more than a final/ folder" >&2; exit 1; }

@@ -3,7 +3,7 @@
 # /tmp/carry, rebuild model.safetensors, check its sha256 and put the folder at $1 (default
 # outputs/smollm2_dspark/final), where the serve and gate stages read it.
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-C=/tmp/carry; DST="${1:-outputs/smollm2_dspark/final}"
+C=$CARRY_DIR; DST="${1:-outputs/smollm2_dspark/final}"
 wait_for_files 600 $C/draft.weights.01 $C/SHA256SUMS.draft ||
   { echo "the draft's second part (.dr2) never arrived in $C" >&2; exit 1; }
 mkdir -p "$DST"

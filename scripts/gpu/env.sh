@@ -1,7 +1,10 @@
 # Sourced by every scripts/gpu/*.sh: carried wheels (.whl, or /tmp/carry/.whl where an earlier call
 # left them; see prepare_carry.sh) into /tmp/site, the repo on PYTHONPATH, offline hub, $OUT (the
 # device tool's return folder) defaulting to gpu-out.
-for w in .whl "${CARRY_DIR:-/tmp/carry}/.whl"; do
+# CARRY_DIR: where session.sh puts the carried files (scripts/gpu/carry_pieces.py), /tmp/carry on
+# the device; a rehearsal (rehearse_session.sh) points it elsewhere.
+export CARRY_DIR="${CARRY_DIR:-/tmp/carry}"
+for w in .whl "$CARRY_DIR/.whl"; do
   if [ -d "$w" ] && [ ! -f /tmp/site/.dspark-wheels ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site "$w"/*.whl && touch /tmp/site/.dspark-wheels

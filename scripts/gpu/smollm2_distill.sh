@@ -18,8 +18,7 @@ done
 # (Not named CC: the device's environment exports CC, the C compiler Triton builds its helpers
 # with, and 2026-12-05's distill stage failed calling this file as one.)
 CACHE_FILE=/tmp/dspark-compile-cache.bin
-C="${CARRY_DIR:-/tmp/carry}"
-[ -f $CACHE_FILE ] || [ ! -f $C/compile_cache.bin ] || cp $C/compile_cache.bin $CACHE_FILE
+[ -f $CACHE_FILE ] || [ ! -f "$CARRY_DIR/compile_cache.bin" ] || cp "$CARRY_DIR/compile_cache.bin" $CACHE_FILE
 for e in "${EXPS[@]}"; do
   python3 -m train.distill +experiment=$e overwrite=true trainer.progress=false trainer.print_every=25 \
     trainer.compile_cache=$CACHE_FILE "${OVERRIDES[@]}" >"$OUT/$e.log" 2>&1 &

@@ -72,9 +72,8 @@ done
 BACKEND="${REGEN_BACKEND:-vllm}"; [ "$BACKEND" = vllm ] || SERIES=none
 case "$SERIES" in none|0.26|0.34) ;; *) echo "--vllm must be 0.26 or 0.34, got $SERIES" >&2; exit 2 ;; esac
 D=artifacts/smollm2-data ALL=artifacts/smollm2-data/all.$TAG.jsonl
-C="${CARRY_DIR:-/tmp/carry}"
-if ls $C/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
-  cat $C/smollm2_$TAG.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$ALL) answers"
+if ls "$CARRY_DIR"/smollm2_$TAG.tgz.* >/dev/null 2>&1 && [ ! -f $ALL ]; then
+  cat "$CARRY_DIR"/smollm2_$TAG.tgz.* | tar -xz -C $D && echo "restored $(wc -l <$ALL) answers"
   wc -l <$ALL >$ALL.restored_rows  # smollm2_pack.sh ships the answers again only if this run added some
 fi
 [ -z "$RESTORE_ONLY" ] || [ -f $ALL ] || { echo "--restore-only: no shipped answers ($ALL)" >&2; exit 2; }

@@ -3,7 +3,7 @@
 # session.sh puts it in /tmp/carry once whole and its sha256 checked), and the prepared
 # ShareGPT/HumanEval rows (.data).
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-C="${CARRY_DIR:-/tmp/carry}"; G=$C/SmolLM2-135M-Instruct.Q4_1.gguf; D=artifacts/smollm2-data
+C=$CARRY_DIR; G=$C/SmolLM2-135M-Instruct.Q4_1.gguf; D=artifacts/smollm2-data
 # The GGUF and the prepared rows may come in later calls than the one that started this.
 wait_for_files 300 "$G" $C/sharegpt-train.jsonl.gz $C/sharegpt-heldout.jsonl.gz \
   $C/humaneval-heldout.jsonl.gz
