@@ -21,7 +21,14 @@ if [[ -f "$DEST/.stamp" && "$(cat "$DEST/.stamp")" == "$STAMP" ]]; then
     exit 0
 fi
 rm -rf "$DEST" && mkdir -p "$DEST/src"
-WHEELS="${VLLM_WHEEL_DIR:-$(mktemp -d)}"
+if [[ -n "${VLLM_WHEEL_DIR:-}" ]]; then
+    WHEELS="$VLLM_WHEEL_DIR"
+else
+    # Our own temporary folder goes when we exit: the wheel is 228 MB, and one left per CI run
+    # filled the disk.
+    WHEELS="$(mktemp -d)"
+    trap 'rm -rf "$WHEELS"' EXIT
+fi
 if ! ls "$WHEELS"/vllm-"$VLLM_VERSION"-*.whl >/dev/null 2>&1; then
     python3 -m pip download -q --no-deps "vllm==$VLLM_VERSION" -d "$WHEELS"
 fi

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+# The two venvs below take about 6 GB; a full disk shows up late, as a pip OSError.
+echo "[test] $(df -h --output=avail . | tail -1 | tr -d ' ') free on this disk (the venvs need about 6 GB)"
 # torch first, pinned: the CPU wheel on disk. An unpinned resolve would pull a multi-GB CUDA build.
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[dev]"
