@@ -3,7 +3,11 @@ results back: a stage naming a missing or broken script is found here, not after
 minutes; a poll must return as many shipped parts as one device call brings back (8 files, 64 MiB
 in all), no more (the call would fail), no fewer (a lost machine keeps the rest)."""
 
+import io
+import os
+import re
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -128,10 +132,6 @@ def test_a_poll_waits_while_its_pipeline_runs(tmp_path):
 
 def unpack_draft(tmp_path: Path, members: dict[str, bytes]) -> subprocess.CompletedProcess:
     """draft_from_archive.sh on an archive of MEMBERS (path -> bytes) in a stand-in carry folder."""
-    import io
-    import os
-    import tarfile
-
     carry = tmp_path / "carry"
     carry.mkdir()
     with tarfile.open(carry / "d.tgz", "w:gz") as tar:
@@ -192,8 +192,6 @@ def test_no_device_script_reuses_a_variable_the_environment_exports(script):
     """A plain `CC=...` in a script changes the exported compiler its children see: on 2026-12-05
     the distill stage's compile-cache path was named CC, the device exports CC for Triton's C
     helpers, and the stage failed running the cache file as gcc."""
-    import re
-
     assign = re.compile(r"(?:^|[\s;(&|])(" + "|".join(TOOLCHAIN_VARIABLES) + r")=")
     for n, line in enumerate(script.read_text().splitlines(), 1):
         code = line.split("#", 1)[0]
