@@ -5,6 +5,8 @@ and a time-boxed run that ends its schedule (either kind)."""
 import json
 import math
 import re
+import time
+import types
 
 import pytest
 import torch
@@ -243,8 +245,6 @@ def test_a_time_boxed_run_plans_for_evaluations_without_their_compile(
     def slow_first(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:  # the step-0 evaluation's first batch
-            import time
-
             time.sleep(2.0)
         return real(*args, **kwargs)
 
@@ -296,8 +296,6 @@ def test_a_wsd_run_replans_halfway_and_ends_its_schedule_in_budget(
     The trainer reads a stand-in clock that only its steps move (1/16 s a step in the window,
     1/64 s after; both exact in binary), so the plans and the last step do not depend on how
     busy the machine is: on a 2-core CI machine the wall clock once cut this run 16% short."""
-    import types
-
     import train.trainer
 
     clock = types.SimpleNamespace(now=0.0)
