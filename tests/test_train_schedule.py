@@ -215,6 +215,31 @@ def test_timed_horizon_replans_halfway_from_the_rate_since_the_first_plan():
         assert u.done
 
 
+def test_a_periodic_evaluation_replaces_the_step0_estimate_and_leaves_the_step_rate():
+    """The step-0 evaluation was priced at 0.5 s a step (its compiles); one at step 50 takes 3 s:
+    the re-plan spreads those 3 s over the 50 steps and measures the steps without them."""
+    t = TimedHorizon(budget_s=200.0, max_steps=10_000, start_step=0, overhead_per_step_s=0.5)
+    evals = {50: 3.0}
+
+    def elapsed(step):  # 10 s of compiles, then 0.4 s a step, plus the evaluations so far
+        spent = sum(s for k, s in evals.items() if k <= step)
+        return 10.0 + 0.4 * max(0, step - t.mark_step) + spent
+
+    t.observe(t.mark_step, elapsed(t.mark_step))
+    first = t.observe(t.plan_step, elapsed(t.plan_step))
+    assert first == t.plan_step + math.floor((200.0 - 18.0) * BUDGET_SHARE / 0.9) == 218
+    t.planned(t.plan_step, first, replannable=True)
+    half = t.replan_step
+    assert half == 120
+    for k in range(t.plan_step + 1, half + 1):
+        if k in evals:
+            t.evaluated(evals[k], every=50)
+        horizon = t.observe(k, elapsed(k))
+    assert t.rate_s == pytest.approx(0.4)  # (60.2 - 3 - 18) / 98, not (60.2 - 18) / 98
+    assert t.overhead_per_step_s == pytest.approx(3.0 / 50)
+    assert horizon == half + math.floor((200.0 - 60.2) * BUDGET_SHARE / 0.46) == 414
+
+
 def test_a_replan_is_taken_only_where_the_rate_stays():
     wsd, cos = WSDSchedule(0.04, 0.1, 1000, decay_ratio=0.2), CosineSchedule(0.04, 0.1, 1000)
     assert WSDSchedule.replannable and not CosineSchedule.replannable
@@ -351,6 +376,80 @@ def test_a_wsd_run_replans_halfway_and_ends_its_schedule_in_budget(
             curve = before if r["step"] <= replan else after
             assert r["lr"] == pytest.approx(o.lr * curve[r["step"]], rel=1e-6), r["step"]
     assert train[-1]["lr"] == pytest.approx(o.lr * o.min_lr_ratio, rel=0.05)  # annealed
+
+
+def test_a_time_boxed_run_plans_from_its_periodic_evaluations(
+    target,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
+    """The step-0 evaluation is slow (1 s a batch, its compiles), the periodic ones are not (1/16 s
+    each, every 10 steps): the trainer hands each periodic evaluation's time to the plan, which
+    spreads it over 10 steps and leaves it out of the step rate. Planned from the step-0 figure
+    (0.2 s a step) this run would stop its schedule at step 52 of the 10 s, not 400.
+
+    A stand-in clock only the steps and evaluations move, as in the WSD test above; its figures
+    are exact in binary and worked by hand."""
+    import train.trainer
+
+    clock = types.SimpleNamespace(now=0.0, evaluating=False)
+    evals = []
+    real_step, real_eval = train.trainer.Trainer.train_step, train.trainer.Trainer.evaluate
+    real_capture = train.trainer.capture_batch
+
+    def timed_step(self):
+        clock.now += 1 / 16 if self.step < RATE_SKIP_STEPS + RATE_STEPS else 1 / 64
+        return real_step(self)
+
+    def counted_eval(self):
+        evals.append(self.step)
+        clock.evaluating = True
+        try:
+            return real_eval(self)
+        finally:
+            clock.evaluating = False
+
+    def timed_capture(*args, **kwargs):  # a training step's capture is in its 1/16 or 1/64 s
+        if clock.evaluating:
+            clock.now += 1.0 if len(evals) == 1 else 1 / 32
+        return real_capture(*args, **kwargs)
+
+    def sleep(seconds):
+        clock.now += seconds
+
+    monkeypatch.setattr(train.trainer.Trainer, "train_step", timed_step)
+    monkeypatch.setattr(train.trainer.Trainer, "evaluate", counted_eval)
+    monkeypatch.setattr(train.trainer, "capture_batch", timed_capture)
+    fake_time = types.SimpleNamespace(perf_counter=lambda: clock.now, sleep=sleep)
+    monkeypatch.setattr(train.trainer, "time", fake_time)
+    out = tmp_path / "run"
+    args = (
+        "trainer.max_steps=1000",
+        "trainer.max_seconds=10",
+        "trainer.eval_every=10",
+        "trainer.eval_batches=2",
+        "data.heldout_max_rows=64",
+        "trainer.save_every=0",
+        "optim.schedule=wsd",
+    )
+    assert main(fast(target, out, *args)) == 0
+    text = capsys.readouterr().out
+    assert "step-0 evaluation: 2.0 s, 2.0 s once compiled (2 batches)" in text, text
+    evals_re = r"and ([0-9.]+) s a step of evaluations"
+    first = re.search(r"schedule planned for (\d+) steps .* " + evals_re, text)
+    second = re.search(r"re-planned for (\d+) steps .* over steps (\d+)-(\d+) " + evals_re, text)
+    assert first and second, text
+    # Step 22: the steps took 22/16 s, the evaluations at 10 and 20 another 2/16; each costs
+    # 1/160 s a step. 0.97 of the 8.5 s left holds 119 steps of 1/16 + 1/160 s.
+    assert (int(first.group(1)), first.group(2)) == (22 + 119, "0.006")
+    # Re-plan at 22 + 119 // 2 = 81: 59 steps of 1/64 s and evaluations at 30..80 (6/16 s) since;
+    # 0.97 of the 7.203125 s left holds 319 steps of 1/64 + 1/160 s.
+    assert (int(second.group(3)), int(second.group(2)), second.group(4)) == (81, 23, "0.006")
+    per_step = 1 / 64 + 1 / 160
+    assert int(second.group(1)) == 81 + math.floor((10 - 2.796875) * 0.97 / per_step) == 400
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in recs if r["split"] == "train"][-1]["step"] == 400  # and the budget held them
 
 
 @pytest.mark.parametrize("name", ["cosine", "wsd"])

@@ -138,12 +138,13 @@ class TimedHorizon:
     max_steps: int
     start_step: int  # the step this process started from (0, or the resumed step)
     overhead_per_step_s: float = 0.0  # periodic evaluations and saves, spread over the steps
-    mark_t: float | None = None  # elapsed_s after step `mark_step`
-    plan_t: float | None = None  # elapsed_s after step `plan_step`
+    mark_t: float | None = None  # the steps' seconds (no evaluations) after step `mark_step`
+    plan_t: float | None = None  # the same after step `plan_step`
     replan_step: int | None = None  # set by `planned` from the horizon every rank took
     plans: int = 0  # horizons taken (`planned`)
     rate_s: float = 0.0  # seconds a step measured over the last window
     window: tuple[int, int] = (0, 0)  # the steps that window spanned
+    evals_s: float = 0.0  # seconds the periodic evaluations took so far (`evaluated`)
 
     @property
     def mark_step(self) -> int:
@@ -157,16 +158,28 @@ class TimedHorizon:
     def done(self) -> bool:
         return self.plans > 0 and self.replan_step is None
 
+    def evaluated(self, seconds: float, every: int) -> None:
+        """A periodic evaluation (one every `every` steps) took `seconds`. It is not the run's
+        first, so it holds no compile: later plans spread it over `every` steps in place of the
+        step-0 estimate, and the step rate leaves it out. That estimate can be far off: over two
+        evaluation batches a median cannot leave a compile out (SmolLM2 on the H100, 2026-12-05:
+        108.7 s "once compiled" at step 0, about 1 s at step 1000), and planning with it ended a
+        480 s run's schedule after 299 s of steps (docs/benchmarks.md, "Continued on later-turn
+        answers")."""
+        self.evals_s += seconds
+        self.overhead_per_step_s = seconds / every
+
     def observe(self, step: int, elapsed_s: float) -> int | None:
         """After optimizer step `step`, `elapsed_s` into the budget: a planned horizon at the end
         of a window, else None."""
+        steps_s = elapsed_s - self.evals_s  # what the steps alone took
         if step == self.mark_step:
-            self.mark_t = elapsed_s
+            self.mark_t = steps_s
         if step == self.plan_step and self.mark_t is not None:
-            self.plan_t = elapsed_s
-            return self._horizon(self.mark_step, self.mark_t, step, elapsed_s)
+            self.plan_t = steps_s
+            return self._horizon(self.mark_step, self.mark_t, step, steps_s, elapsed_s)
         if step == self.replan_step:
-            return self._horizon(self.plan_step, self.plan_t, step, elapsed_s)
+            return self._horizon(self.plan_step, self.plan_t, step, steps_s, elapsed_s)
         return None
 
     def planned(self, step: int, horizon: int, replannable: bool) -> None:
@@ -177,8 +190,8 @@ class TimedHorizon:
         first = self.plans == 1
         self.replan_step = step + half if first and replannable and half >= RATE_STEPS else None
 
-    def _horizon(self, step0: int, t0: float, step: int, elapsed_s: float) -> int:
-        self.rate_s, self.window = (elapsed_s - t0) / (step - step0), (step0 + 1, step)
+    def _horizon(self, step0: int, t0: float, step: int, steps_s: float, elapsed_s: float) -> int:
+        self.rate_s, self.window = (steps_s - t0) / (step - step0), (step0 + 1, step)
         per_step = self.rate_s + self.overhead_per_step_s
         return plan_horizon(step, elapsed_s, self.budget_s, per_step, self.max_steps)
 

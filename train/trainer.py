@@ -494,7 +494,10 @@ class Trainer:
                 )
             bar.update(1)
             if tc.eval_every and self.step % tc.eval_every == 0 and self.step < end:
+                t = time.perf_counter()
                 ev = self.evaluate()
+                if timed is not None:
+                    timed.evaluated(time.perf_counter() - t, tc.eval_every)
                 if ev:
                     self.log.log(self.step, "eval", ev)
             if tc.save_every and self.step % tc.save_every == 0 and self.step < end:
