@@ -27,7 +27,9 @@
 # --start-together (with --engines N): the N engines start at once, each with a KV cache of
 #   REGEN_KV_GIB GiB (default 16: 745k tokens of SmolLM2) instead of one sized by vLLM's start-up
 #   memory profile, whose check is what fails while another engine frees memory; the one-by-one
-#   start above left engines 1 and 2 idle for 48-150 s of a stage. Not yet run on a GPU.
+#   start above left engines 1 and 2 idle for 48-150 s of a stage. On 2026-12-05 (an H100, the
+#   machine's first vLLM stage, the wait for vLLM's install included) all three were built after
+#   162 s and wrote 12,288 answers in a 245-s run.
 # --restore-only: restore the shipped answers (below) and split them, without vLLM or new answers.
 # --temperature T (default 0.7, with top-p 0.8): 0 writes the target's greedy answers, the
 #   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
