@@ -196,3 +196,30 @@ def test_no_device_script_reuses_a_variable_the_environment_exports(script):
     for n, line in enumerate(script.read_text().splitlines(), 1):
         code = line.split("#", 1)[0]
         assert not assign.search(code), f"{script.name}:{n} assigns {assign.search(code)[1]}"
+
+
+def serve(tmp_path, drafts):
+    """smollm2_serve.sh up to its choice of draft: series 9.9 is refused right after it, before
+    any vLLM is waited for."""
+    env = dict(os.environ, OUT=str(tmp_path / "out"))
+    return subprocess.run(
+        ["bash", str(GPU / "smollm2_serve.sh"), "9.9", drafts],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_serving_takes_the_first_of_its_drafts_that_holds_a_checkpoint(tmp_path):
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (b, c):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    done = serve(tmp_path, f"{a},{b},{c}")
+    assert f"no checkpoint at {a}; serving {b}" in done.stdout
+    assert done.returncode == 2 and "usage" in done.stderr  # past the choice, at the series
+    done = serve(tmp_path, f"{b},{c}")
+    assert "serving" not in done.stdout and done.returncode == 2
+    done = serve(tmp_path, f"{a},{tmp_path / 'x'}")
+    assert done.returncode == 2 and f"no draft checkpoint at {a} or {tmp_path / 'x'}" in done.stderr

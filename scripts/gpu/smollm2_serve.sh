@@ -6,17 +6,19 @@
 # 32 / 64 / 256 requests at concurrency 1 / 8 / 32 (16 / 32 / 128 until 2026-12-05, when drafts of
 # about the same acceptance read 0.79x and 1.44x at 8 in runs of 2 s); vllm_speedup_table.py pairs
 # the rows' requests by index for a 95% interval on each speed-up.
-#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR] [plain | ROW...] [concurrency=C,C...]
+#   bash scripts/gpu/smollm2_serve.sh [0.26|0.34] [DRAFT_DIR[,FALLBACK_DIR...]] [plain | ROW...] [concurrency=C,C...]
 # 0.26 (default): vLLM 0.26 from /tmp/vsite (vllm_install.sh). 0.34: the serving pin from /tmp/v34site
 # (vllm034_install.sh), one more row unless `plain`: the draft with adaptive verification (confidence
-# head). DRAFT_DIR: default outputs/smollm2_dspark/final. ROWs, one server each, in this order
+# head). DRAFT_DIR: default outputs/smollm2_dspark/final; with FALLBACK_DIRs, the first of them
+# that holds a checkpoint when DRAFT_DIR does not (a draft trained earlier in the session may have
+# failed; serving the one before it still measures the speed-up). ROWs, one server each, in this order
 # (default: dspark target_only, and dspark_adaptive with 0.34): dspark, target_only,
 # dspark_adaptive, dspark_kN (the draft proposing N of its tokens a round: at low acceptance the
 # last slots add little and cost verify work at high concurrency). Every row lands in $OUT as
 # vllm_ROW_cC.json and the speed-up table covers all rows there, earlier stages' too.
 # concurrency=1 (default 1,8,32): only those levels, for a session short of minutes.
 set -uo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
-VLLM_SERIES="${1:-0.26}" DRAFT="${2:-outputs/smollm2_dspark/final}" ROWS=() LEVELS=(1 8 32)
+VLLM_SERIES="${1:-0.26}" DRAFTS="${2:-outputs/smollm2_dspark/final}" ROWS=() LEVELS=(1 8 32)
 for a in "${@:3}"; do
   case "$a" in
     concurrency=*) IFS=, read -r -a LEVELS <<<"${a#concurrency=}"
@@ -29,7 +31,10 @@ done
 if [ ${#ROWS[@]} = 0 ]; then
   ROWS=(dspark target_only); [ "$VLLM_SERIES" = 0.34 ] && ROWS+=(dspark_adaptive)
 fi
-[ -f "$DRAFT/config.json" ] || { echo "no draft checkpoint at $DRAFT" >&2; exit 2; }
+DRAFT=""; IFS=, read -r -a CANDIDATES <<<"$DRAFTS"
+for d in "${CANDIDATES[@]}"; do [ -f "$d/config.json" ] && { DRAFT=$d; break; }; done
+[ -n "$DRAFT" ] || { echo "no draft checkpoint at ${DRAFTS//,/ or }" >&2; exit 2; }
+[ "$DRAFT" = "${CANDIDATES[0]}" ] || echo "smollm2_serve.sh: no checkpoint at ${CANDIDATES[0]}; serving $DRAFT"
 case "$VLLM_SERIES" in
   0.26) wait_for_vllm || exit 1 ;;
   0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1 ;;
