@@ -27,18 +27,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.gpu.vllm_vs_engine import compare_acceptance  # noqa: E402
+from serve.engine.stats import SpecDecodeStats  # noqa: E402
 
 
 def served_counts(bench: dict) -> dict:
-    """`accepted_per_pos` / `reached_per_pos` / mean acceptance length of a serve.bench run."""
+    """A serve.bench run's pooled counters as the engine reports its own (`SpecDecodeStats`:
+    `accepted_per_pos`, `reached_per_pos`, mean acceptance length), and its request count."""
     sd = bench.get("spec_decode")
     if not sd or not sd.get("num_drafts"):
         raise SystemExit("--served: no spec-decode counters in that file (a target-only run?)")
     acc = list(sd["accepted_per_pos"])
+    stats = SpecDecodeStats(
+        len(acc),
+        sd["num_drafts"],
+        sd["num_draft_tokens"],
+        sd["num_accepted_tokens"],
+        acc,
+        sd.get("num_verified_draft_tokens"),
+    )
     return {
-        "accepted_per_pos": acc,
-        "reached_per_pos": [sd["num_drafts"], *acc[:-1]],
-        "mean_acceptance_length": sd["mean_acceptance_length"],
+        **stats.report(),
         "requests": len(bench.get("requests", [])) or bench["config"]["num_prompts"],
     }
 

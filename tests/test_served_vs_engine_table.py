@@ -14,6 +14,8 @@ def bench(accepted, drafts):
         "requests": [{}] * 4,
         "spec_decode": {
             "num_drafts": drafts,
+            "num_draft_tokens": drafts * len(accepted),
+            "num_accepted_tokens": sum(accepted),
             "accepted_per_pos": accepted,
             "mean_acceptance_length": 1 + sum(accepted) / drafts,
         },
