@@ -60,30 +60,35 @@ def test_every_distill_stage_composes_its_experiments_and_overrides(stages, expe
         assert cfg.experiment_name == name, f"{stages}: {name} names itself {cfg.experiment_name}"
 
 
-def run_poll(res: Path, out: Path, seconds: int = 1) -> subprocess.CompletedProcess:
+def run_poll(res: Path, out: Path, seconds: int = 1, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(GPU / "poll.sh"), str(seconds)],
+        ["bash", str(GPU / "poll.sh"), *flags, str(seconds)],
         env={"RES": str(res), "OUT": str(out), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
     )
 
 
-def poll(res: Path, out: Path) -> list[str]:
-    assert run_poll(res, out).returncode == 0
+def poll(res: Path, out: Path, *flags: str) -> list[str]:
+    assert run_poll(res, out, 1, *flags).returncode == 0
     return sorted(p.name for p in out.iterdir())
 
 
-def test_poll_returns_as_many_parts_as_one_call_carries_back(tmp_path):
+def finished_with_parts(tmp_path: Path, parts: list[str]) -> Path:
     res = tmp_path / "res"
     (res / "ship").mkdir(parents=True)
     (res / "DONE").touch()
     (res / "stages.txt").write_text("12:00:00 start distill\n")
-    parts = [f"draft.tgz.0{i}" for i in range(6)]
     for name in parts:  # sparse files: their size is what the budget reads
         with open(res / "ship" / name, "wb") as f:
             f.truncate(15_000_000)
     (res / "ship" / "SHA256SUMS").write_text("sums\n")
+    return res
+
+
+def test_poll_returns_as_many_parts_as_one_call_carries_back(tmp_path):
+    parts = [f"draft.tgz.0{i}" for i in range(6)]
+    res = finished_with_parts(tmp_path, parts)
 
     first = poll(res, tmp_path / "out1")
     assert first == sorted(["SHA256SUMS", "results.tgz", *parts[:4]])
@@ -91,6 +96,19 @@ def test_poll_returns_as_many_parts_as_one_call_carries_back(tmp_path):
     assert sent <= CALL_LIMIT
     assert poll(res, tmp_path / "out2") == sorted(["SHA256SUMS", "results.tgz", *parts[4:]])
     assert poll(res, tmp_path / "out3") == ["SHA256SUMS", "results.tgz"]
+
+
+def test_a_resend_poll_returns_the_previous_polls_parts_again(tmp_path):
+    """The device tool can fail to copy a call's files back; the parts that poll marked sent
+    must be fetchable again, and only those (a poll that had nothing new keeps the mark)."""
+    parts = [f"draft.tgz.0{i}" for i in range(6)]
+    res = finished_with_parts(tmp_path, parts)
+    assert poll(res, tmp_path / "out1") == sorted(["SHA256SUMS", "results.tgz", *parts[:4]])
+    assert poll(res, tmp_path / "out2") == sorted(["SHA256SUMS", "results.tgz", *parts[4:]])
+    assert poll(res, tmp_path / "out3") == ["SHA256SUMS", "results.tgz"]
+    resent = poll(res, tmp_path / "out4", "--resend")
+    assert resent == sorted(["SHA256SUMS", "results.tgz", *parts[4:]])
+    assert poll(res, tmp_path / "out5") == ["SHA256SUMS", "results.tgz"]
 
 
 def test_a_poll_with_no_pipeline_returns_at_once_and_says_so(tmp_path):

@@ -5,6 +5,12 @@
 # parts of $RES/ship not yet returned (< 16 MB each), as many as the device tool returns from one
 # call: 8 files and 64 MiB in all, results.tgz and SHA256SUMS included (four 15 MB parts a poll;
 # on 2026-12-04, at three a poll, two of a draft's five parts were lost with the machine).
+#   bash scripts/gpu/poll.sh [--resend] [SECONDS]
+# --resend: the parts the previous poll returned are returned again. The device tool can fail to
+# copy a call's files back ("none could be copied onto this machine this time", 2026-12-05
+# evening: a whole draft's five parts); the machine had marked them sent, so no later poll would
+# have brought them.
+RESEND=0; [ "${1:-}" = --resend ] && { RESEND=1; shift; }
 RES="${RES:-/tmp/dspark-res}"; OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 end=$((SECONDS + ${1:-540}))
 # A deadline (epoch seconds) written by the session's first call, e.g.
@@ -32,12 +38,16 @@ tar -czf "$OUT/results.tgz" -C "$RES" --exclude='*.safetensors' --exclude=./ship
 if [ -d "$RES/ship" ]; then
   # SHA256SUMS every time: a later pack (the draft after the answers) rewrites it.
   [ -f "$RES/ship/SHA256SUMS" ] && cp "$RES/ship/SHA256SUMS" "$OUT/"
-  sent="$RES/ship/.sent"; touch "$sent"; n=$(find "$OUT" -type f | wc -l) room=$((64 * 1024 * 1024 - 65536))
+  sent="$RES/ship/.sent" last="$RES/ship/.last"; touch "$sent" "$last"
+  if [ $RESEND = 1 ]; then grep -vxFf "$last" "$sent" >"$sent.new"; mv "$sent.new" "$sent"; fi
+  fresh=1; n=$(find "$OUT" -type f | wc -l) room=$((64 * 1024 * 1024 - 65536))
   for f in "$OUT"/*; do [ -f "$f" ] && room=$((room - $(stat -c %s "$f"))); done
   for f in "$RES"/ship/*; do
     b=$(basename "$f"); [ "$b" = SHA256SUMS ] && continue; grep -qxF "$b" "$sent" && continue
     size=$(stat -c %s "$f"); [ $n -lt 8 ] && [ "$size" -le "$room" ] || break
-    cp "$f" "$OUT/"; echo "$b" >>"$sent"; n=$((n + 1)); room=$((room - size))
+    cp "$f" "$OUT/"; echo "$b" >>"$sent"
+    [ $fresh = 1 ] && { : >"$last"; fresh=0; }; echo "$b" >>"$last"  # a poll with none keeps it
+    n=$((n + 1)); room=$((room - size))
   done
 fi
 ls -la "$OUT"
