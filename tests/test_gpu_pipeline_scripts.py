@@ -235,9 +235,32 @@ def test_serving_takes_the_first_of_its_drafts_that_holds_a_checkpoint(tmp_path)
         d.mkdir()
         (d / "config.json").write_text("{}")
     done = serve(tmp_path, f"{a},{b},{c}")
-    assert f"no checkpoint at {a}; serving {b}" in done.stdout
+    assert f"no checkpoint at {a}; using {b}" in done.stderr
     assert done.returncode == 2 and "usage" in done.stderr  # past the choice, at the series
     done = serve(tmp_path, f"{b},{c}")
-    assert "serving" not in done.stdout and done.returncode == 2
+    assert "using" not in done.stderr and done.returncode == 2
     done = serve(tmp_path, f"{a},{tmp_path / 'x'}")
     assert done.returncode == 2 and f"no draft checkpoint at {a} or {tmp_path / 'x'}" in done.stderr
+
+
+def test_the_gate_takes_the_first_of_its_drafts_that_holds_a_checkpoint(tmp_path):
+    """smollm2_gate.sh up to its choice of draft (a wrong third argument is refused right after
+    it): a missing draft would otherwise send vllm_gate.sh off to train a small one."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    (b / "config.json").write_text("{}")
+
+    def gate(drafts):
+        return subprocess.run(
+            ["bash", str(GPU / "smollm2_gate.sh"), "0.26", "8", "neither", drafts],
+            env=dict(os.environ, OUT=str(tmp_path / "out")),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = gate(f"{a},{b}")
+    assert f"no checkpoint at {a}; using {b}" in done.stderr and "third argument" in done.stderr
+    done = gate(str(a))
+    assert done.returncode == 2 and f"no draft checkpoint at {a}" in done.stderr
+    assert "third argument" not in done.stderr

@@ -24,6 +24,19 @@ wait_for_vllm() {
   wait_for_files 1200 /tmp/vsite/.ready || { echo "vLLM never arrived in /tmp/vsite" >&2; return 1; }
   export PYTHONPATH="/tmp/vsite:$PYTHONPATH" VLLM_ENABLE_V1_MULTIPROCESSING=0
 }
+# first_draft DIR[,FALLBACK...]: the first that holds a draft checkpoint, on stdout (a draft
+# trained earlier in the session may have failed; measuring the one before it still measures
+# something). Says so on stdout when it is not the first; exit status 2, naming them, when none is.
+first_draft() {
+  local d all; IFS=, read -r -a all <<<"$1"
+  for d in "${all[@]}"; do
+    if [ -f "$d/config.json" ]; then
+      [ "$d" = "${all[0]}" ] || echo "no checkpoint at ${all[0]}; using $d" >&2
+      echo "$d"; return 0
+    fi
+  done
+  echo "no draft checkpoint at ${1//,/ or }" >&2; return 2
+}
 # wait_for_files SECONDS FILE...: until every FILE exists (a later call of the session brings it;
 # session.sh renames a file into place only once it is whole). Exit status 1, naming what is missing.
 wait_for_files() {

@@ -8,9 +8,11 @@
 # matched (--matched-schedule: one request at a time, vLLM's own cost tables and budget lag in the
 # engine; CUDA graphs, which vLLM needs for it) on 96 prompts x 128 tokens (about 5.8k drafts per
 # temperature: MDD at position 0 about 0.04); `both` (default) one then the other.
-# DRAFT: default outputs/smollm2_dspark/final.
-set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data
-export TARGET=artifacts/smollm2-135m-instruct DRAFT="${4:-outputs/smollm2_dspark/final}"
+# DRAFT: default outputs/smollm2_dspark/final; DRAFT,FALLBACK...: the first that holds a
+# checkpoint (vllm_gate.sh would train a small draft in place of a missing one).
+set -uo pipefail; cd "$(dirname "$0")/../.."; D=artifacts/smollm2-data; source scripts/gpu/env.sh
+DRAFT=$(first_draft "${4:-outputs/smollm2_dspark/final}") || exit 2
+export TARGET=artifacts/smollm2-135m-instruct DRAFT
 PROMPTS=(--prompts sharegpt=$D/sharegpt-heldout.jsonl humaneval=$D/humaneval-heldout.jsonl)
 ARGS=(--num-prompts "${2:-128}" --max-tokens 192 "${PROMPTS[@]}")
 WHICH="${3:-both}"
@@ -18,7 +20,7 @@ case "$WHICH" in plain|adaptive|both) ;; *) echo "third argument: plain, adaptiv
 case "${1:-0.26}" in
   0.26) bash scripts/gpu/vllm_gate.sh "${ARGS[@]}" ;;
   0.34)
-    source scripts/gpu/env.sh; source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1
+    source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1
     export VLLM_SITE=/tmp/v34site; rc=0
     if [ "$WHICH" != adaptive ]; then
       GATE_NAME=vllm034_gate bash scripts/gpu/vllm_gate.sh "${ARGS[@]}" || rc=1

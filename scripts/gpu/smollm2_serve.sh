@@ -31,10 +31,7 @@ done
 if [ ${#ROWS[@]} = 0 ]; then
   ROWS=(dspark target_only); [ "$VLLM_SERIES" = 0.34 ] && ROWS+=(dspark_adaptive)
 fi
-DRAFT=""; IFS=, read -r -a CANDIDATES <<<"$DRAFTS"
-for d in "${CANDIDATES[@]}"; do [ -f "$d/config.json" ] && { DRAFT=$d; break; }; done
-[ -n "$DRAFT" ] || { echo "no draft checkpoint at ${DRAFTS//,/ or }" >&2; exit 2; }
-[ "$DRAFT" = "${CANDIDATES[0]}" ] || echo "smollm2_serve.sh: no checkpoint at ${CANDIDATES[0]}; serving $DRAFT"
+DRAFT=$(first_draft "$DRAFTS") || exit 2
 case "$VLLM_SERIES" in
   0.26) wait_for_vllm || exit 1 ;;
   0.34) source scripts/gpu/vllm034_install.sh; wait_for_vllm034 || exit 1 ;;
