@@ -233,11 +233,50 @@ def test_a_periodic_evaluation_replaces_the_step0_estimate_and_leaves_the_step_r
     assert half == 120
     for k in range(t.plan_step + 1, half + 1):
         if k in evals:
-            t.evaluated(evals[k], every=50)
+            t.evaluated(evals[k], every=50, step=k)
         horizon = t.observe(k, elapsed(k))
     assert t.rate_s == pytest.approx(0.4)  # (60.2 - 3 - 18) / 98, not (60.2 - 18) / 98
     assert t.overhead_per_step_s == pytest.approx(3.0 / 50)
     assert horizon == half + math.floor((200.0 - 60.2) * BUDGET_SHARE / 0.46) == 414
+
+
+def test_the_first_periodic_evaluation_replans_a_run_whose_halfway_replan_came_before_it():
+    """As on 2026-12-05 evening: the step-0 evaluation priced evaluations at 0.5 s a step, the
+    halfway re-plan (step 120) came before the first periodic evaluation (step 150, 2 s): that
+    evaluation re-plans at once from its own cost, giving back the steps reserved for nothing;
+    only then is the horizon done, and later evaluations re-plan no more."""
+    t = TimedHorizon(budget_s=200.0, max_steps=10_000, start_step=0, overhead_per_step_s=0.5)
+    evals = {150: 2.0, 300: 2.0}
+
+    def elapsed(step):  # 10 s of compiles, then 0.4 s a step, plus the evaluations so far
+        spent = sum(s for k, s in evals.items() if k <= step)
+        return 10.0 + 0.4 * max(0, step - t.mark_step) + spent
+
+    t.observe(t.mark_step, elapsed(t.mark_step))
+    first = t.observe(t.plan_step, elapsed(t.plan_step))
+    t.planned(t.plan_step, first, replannable=True)
+    horizons = {}
+    for k in range(t.plan_step + 1, 400):
+        if k in evals:
+            t.evaluated(evals[k], every=150, step=k)
+        h = t.observe(k, elapsed(k))
+        if h is not None:
+            horizons[k] = h
+            t.planned(k, h, replannable=True)
+        if k == 140:
+            assert not t.done  # re-planned halfway, still waiting for an evaluation's cost
+    assert sorted(horizons) == [t.plan_step + (first - t.plan_step) // 2, 150]
+    halfway = horizons[min(horizons)]
+    assert halfway == 120 + math.floor((200.0 - elapsed(120)) * BUDGET_SHARE / 0.9)
+    per_step = 0.4 + 2.0 / 150
+    assert horizons[150] == 150 + math.floor((200.0 - elapsed(150)) * BUDGET_SHARE / per_step)
+    assert horizons[150] > halfway + 100 and t.done
+    # Without evaluations to wait for (none planned), the halfway re-plan ends the planning.
+    u = TimedHorizon(budget_s=200.0, max_steps=10_000, start_step=0)
+    u.observe(u.mark_step, 10.0)
+    u.planned(u.plan_step, u.observe(u.plan_step, 18.0), replannable=True)
+    u.planned(u.replan_step, 300, replannable=True)
+    assert u.done
 
 
 def test_a_replan_is_taken_only_where_the_rate_stays():

@@ -136,7 +136,9 @@ class TimedHorizon:
     a schedule that holds its rate there (`replannable`), once more halfway to that horizon from
     the rate over all steps since. The first window runs slow (5-7% over the mean of steps 25-500
     in both SmolLM2 runs of the 2026-12-04 trim A/B, docs/benchmarks.md), so the second plan
-    gives the budget's steps back."""
+    gives the budget's steps back. The first periodic evaluation brings one more re-plan where
+    a plan was already taken (`evaluated`): until then the plans price evaluations from the
+    step-0 one, which can be far off."""
 
     budget_s: float  # trainer.max_seconds
     max_steps: int
@@ -149,6 +151,13 @@ class TimedHorizon:
     rate_s: float = 0.0  # seconds a step measured over the last window
     window: tuple[int, int] = (0, 0)  # the steps that window spanned
     evals_s: float = 0.0  # seconds the periodic evaluations took so far (`evaluated`)
+    replannable: bool = False  # the schedule's, from `planned`
+    eval_priced: bool = False  # a plan has used a periodic evaluation's own time
+
+    @property
+    def _awaits_eval(self) -> bool:
+        """Whether a periodic evaluation is still to re-price a plan taken without one."""
+        return self.replannable and self.overhead_per_step_s > 0 and not self.eval_priced
 
     @property
     def mark_step(self) -> int:
@@ -160,18 +169,25 @@ class TimedHorizon:
 
     @property
     def done(self) -> bool:
-        return self.plans > 0 and self.replan_step is None
+        return self.plans > 0 and self.replan_step is None and not self._awaits_eval
 
-    def evaluated(self, seconds: float, every: int) -> None:
+    def evaluated(self, seconds: float, every: int, step: int) -> None:
         """A periodic evaluation (one every `every` steps) took `seconds`. It is not the run's
         first, so it holds no compile: later plans spread it over `every` steps in place of the
         step-0 estimate, and the step rate leaves it out. That estimate can be far off where more
         than the first batch compiles (a last batch of another shape): on SmolLM2 on the H100 on
         2026-12-05 it read 108.7 s against about 1 s at step 1000, and planning with it ended a
         480 s run's schedule after 299 s of steps (docs/benchmarks.md, "Continued on later-turn
-        answers")."""
+        answers"). Where no re-plan is pending, a plan already taken is re-planned at once, after
+        this step (`step`): the halfway re-plan can fall before the first periodic evaluation (on
+        2026-12-05 evening
+        it came at step 489 of a run evaluating every 500, and the run used 258.6 s of its 330
+        (docs/benchmarks.md, "Trained on again, then served beside the target alone"))."""
         self.evals_s += seconds
         self.overhead_per_step_s = seconds / every
+        pending = self.replan_step is not None
+        if self.plans and not pending and self._awaits_eval and self.plan_t is not None:
+            self.replan_step = step
 
     def observe(self, step: int, elapsed_s: float) -> int | None:
         """After optimizer step `step`, `elapsed_s` into the budget: a planned horizon at the end
@@ -192,6 +208,8 @@ class TimedHorizon:
         half = (horizon - step) // 2
         self.plans += 1
         first = self.plans == 1
+        self.replannable = replannable
+        self.eval_priced = self.eval_priced or self.evals_s > 0
         self.replan_step = step + half if first and replannable and half >= RATE_STEPS else None
 
     def _horizon(self, step0: int, t0: float, step: int, steps_s: float, elapsed_s: float) -> int:

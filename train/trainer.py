@@ -497,7 +497,7 @@ class Trainer:
                 t = time.perf_counter()
                 ev = self.evaluate()
                 if timed is not None:
-                    timed.evaluated(time.perf_counter() - t, tc.eval_every)
+                    timed.evaluated(time.perf_counter() - t, tc.eval_every, self.step)
                 if ev:
                     self.log.log(self.step, "eval", ev)
             if tc.save_every and self.step % tc.save_every == 0 and self.step < end:
