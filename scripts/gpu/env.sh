@@ -26,7 +26,7 @@ wait_for_vllm() {
 }
 # first_draft DIR[,FALLBACK...]: the first that holds a draft checkpoint, on stdout (a draft
 # trained earlier in the session may have failed; measuring the one before it still measures
-# something). Says so on stdout when it is not the first; exit status 2, naming them, when none is.
+# something). Says so on stderr when it is not the first; exit status 2, naming them, when none is.
 first_draft() {
   local d all; IFS=, read -r -a all <<<"$1"
   for d in "${all[@]}"; do
