@@ -180,9 +180,9 @@ class TimedHorizon:
         480 s run's schedule after 299 s of steps (docs/benchmarks.md, "Continued on later-turn
         answers"). Where no re-plan is pending, a plan already taken is re-planned at once, after
         this step (`step`): the halfway re-plan can fall before the first periodic evaluation (on
-        2026-12-05 evening
-        it came at step 489 of a run evaluating every 500, and the run used 258.6 s of its 330
-        (docs/benchmarks.md, "Trained on again, then served beside the target alone"))."""
+        2026-12-05 evening it came at step 489 of a run evaluating every 500, and the run used
+        258.6 s of its 330: docs/benchmarks.md, "Trained on again, then served beside the target
+        alone")."""
         self.evals_s += seconds
         self.overhead_per_step_s = seconds / every
         pending = self.replan_step is not None
