@@ -216,17 +216,21 @@ def test_no_device_script_reuses_a_variable_the_environment_exports(script):
         assert not assign.search(code), f"{script.name}:{n} assigns {assign.search(code)[1]}"
 
 
-def serve(tmp_path, drafts):
-    """smollm2_serve.sh up to its choice of draft: series 9.9 is refused right after it, before
-    any vLLM is waited for."""
-    env = dict(os.environ, OUT=str(tmp_path / "out"))
+def run_script(tmp_path, script: str, *args: str) -> subprocess.CompletedProcess:
+    """scripts/gpu/SCRIPT ARGS..., its $OUT under tmp_path."""
     return subprocess.run(
-        ["bash", str(GPU / "smollm2_serve.sh"), "9.9", drafts],
-        env=env,
+        ["bash", str(GPU / script), *args],
+        env=dict(os.environ, OUT=str(tmp_path / "out")),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def serve(tmp_path, drafts):
+    """smollm2_serve.sh up to its choice of draft: series 9.9 is refused right after it, before
+    any vLLM is waited for."""
+    return run_script(tmp_path, "smollm2_serve.sh", "9.9", drafts)
 
 
 def test_serving_takes_the_first_of_its_drafts_that_holds_a_checkpoint(tmp_path):
@@ -251,13 +255,7 @@ def test_the_gate_takes_the_first_of_its_drafts_that_holds_a_checkpoint(tmp_path
     (b / "config.json").write_text("{}")
 
     def gate(drafts):
-        return subprocess.run(
-            ["bash", str(GPU / "smollm2_gate.sh"), "0.26", "8", "neither", drafts],
-            env=dict(os.environ, OUT=str(tmp_path / "out")),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_script(tmp_path, "smollm2_gate.sh", "0.26", "8", "neither", drafts)
 
     done = gate(f"{a},{b}")
     assert f"no checkpoint at {a}; using {b}" in done.stderr and "third argument" in done.stderr
