@@ -50,26 +50,36 @@ def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
-    """[len(answer)] drafts a T=0 round anchored at each answer position would accept (anchor
-    p = prompt length + i holds answer[i]), against the answer followed by the target's own
-    greedy tokens past its end."""
+def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
+    """(hit [len(answer), Nd] bool, ids [1, T], label_pos [len(answer), Nd], last_hidden [1, T, H]):
+    whether the draft's greedy token in slot k of a round anchored at each answer position
+    (anchor p = prompt length + i holds answer[i]) equals the target's token there, with the
+    Markov head fed the true previous tokens; ids are the answer followed by the target's own
+    greedy tokens past its end, label_pos where each slot's token sits in ids, last_hidden the
+    target's final (post-norm) hidden states over ids: its logits at t - 1 give the token at t."""
     draft, target = engine.draft_model, engine.target_model
     nd = engine.num_spec
     ids = greedy_beyond(target, torch.tensor([prompt + answer], device=engine.device), nd)
     cap = TargetCapture(target, draft.config.target_layer_ids)
     try:
-        aux = cap(ids).aux
+        out = cap(ids)
     finally:
         cap.close()
     lp = len(prompt)
     anchors = torch.arange(lp, lp + len(answer), device=ids.device).unsqueeze(0)
     valid = torch.ones_like(anchors, dtype=torch.bool)
-    fo = draft.forward_train(aux, ids, anchors, valid)
+    fo = draft.forward_train(out.aux, ids, anchors, valid)
     logits = draft.block_logits(fo.hidden, fo.markov_input)  # [1, A, Nd, Vd]
     guess = draft.map_draft_to_target(logits.argmax(-1))
     hit = (guess == ids[0, fo.label_pos[0]].unsqueeze(0)) & fo.in_range
-    return hit[0].long().cumprod(-1).sum(-1).clamp(max=nd)  # leading matches per anchor
+    return hit[0], ids, fo.label_pos[0], out.final
+
+
+def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
+    """[len(answer)] drafts a T=0 round anchored at each answer position would accept, against
+    the answer followed by the target's own greedy tokens past its end."""
+    hit = slot_hits(engine, prompt, answer)[0]
+    return hit.long().cumprod(-1).sum(-1).clamp(max=engine.num_spec)  # leading matches per anchor
 
 
 def walk(counts: torch.Tensor) -> tuple[int, int]:

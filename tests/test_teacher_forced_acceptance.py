@@ -114,3 +114,51 @@ def test_answer_agreement_agrees_with_the_walk_on_greedy_answers(trained, tmp_pa
     res = json.loads(out.read_text())["results"]
     assert [r["answer_tokens"] for r in res] == [4, 100] and res[0]["anchors"] < res[1]["anchors"]
     assert all(0.0 <= x <= 1.0 for r in res for x in r["per_slot"])
+
+
+def test_top1_probability_matches_a_float64_softmax_with_and_without_a_softcap():
+    from scripts.acceptance_by_target_confidence import CHUNK, top1_probability
+
+    g = torch.Generator().manual_seed(0)
+    final, head = torch.randn(CHUNK + 37, 16, generator=g), torch.randn(50, 16, generator=g)
+    for cap in (None, 3.0):
+        z = final.double() @ head.double().T
+        z = cap * torch.tanh(z / cap) if cap else z
+        ref = z.softmax(-1).max(-1).values
+        assert torch.allclose(top1_probability(final, head, cap).double(), ref, atol=1e-6)
+
+
+def test_confidence_bins_account_for_every_slot_and_round(trained, tmp_path):
+    """Cell and round-end shares sum to one; the walk equals teacher_forced_acceptance's; a draft
+    made right at more positions (a lower floor) never walks shorter, and right everywhere (floor
+    0) walks the whole block each round."""
+    from scripts.acceptance_by_target_confidence import bin_index
+    from scripts.acceptance_by_target_confidence import main as by_confidence
+
+    assert bin_index(torch.tensor([0.1, 0.5, 0.79, 0.8, 0.99]), [0.0, 0.5, 0.8]).tolist() == [
+        0,
+        1,
+        1,
+        2,
+        2,
+    ]
+    target, ckpt, held = trained
+    common = ["--target", str(target), "--checkpoint", str(ckpt), "--prompts", f"w={held}"]
+    common += ["--num-prompts", "40", "--max-tokens", "12", "--device", "cpu"]
+    out, tf = tmp_path / "conf.json", tmp_path / "tf.json"
+    assert by_confidence([*common, "--floors", "0.5", "0.9", "--json", str(out)]) == 0
+    assert main([*common, "--json", str(tf)]) == 0
+    (row,), (ref,) = json.loads(out.read_text()), json.loads(tf.read_text())
+    assert row["walk_tau"] == pytest.approx(ref["walk_tau"], abs=1e-9)
+    bins = row["bins"]
+    assert [b["floor"] for b in bins] == [0.0, 0.5, 0.9]
+    assert sum(b["cell_share"] for b in bins) == pytest.approx(1.0)
+    assert sum(b["round_end_share"] for b in bins) == pytest.approx(1.0)
+    assert sum(b["slot0_share"] for b in bins) == pytest.approx(1.0)
+    # over all bins, slot 0's agreement is teacher_forced_acceptance's slot 0 over every anchor
+    slot0 = sum(b["slot0_share"] * b["slot0_draft_agreement"] for b in bins)
+    assert slot0 == pytest.approx(ref["every_anchor_conditional"][0], abs=1e-6)
+    assert 0.0 < slot0 < 1.0
+    taus = [b["walk_tau_if_right_where_target_at_least_floor"] for b in bins]
+    assert taus == sorted(taus, reverse=True) and taus[-1] >= row["walk_tau"] - 1e-9
+    assert taus[0] > row["walk_tau"]  # the fixture's draft misses: a perfect one walks further

@@ -1,0 +1,184 @@
+"""Where a draft's T=0 misses fall against the target's own confidence: is acceptance held down
+where the target is sure (the draft's fault, room to train) or where it is torn (near-ties no
+draft can call)?
+
+    python scripts/acceptance_by_target_confidence.py --target artifacts/smollm2-135m-instruct \
+        --checkpoint DRAFT --prompts sharegpt=heldout.jsonl humaneval=humaneval.jsonl \
+        --num-prompts 16 --max-tokens 128
+
+The engine answers each prompt at T=0; one teacher-forced pass over prompt + answer
+(`scripts/teacher_forced_acceptance.py: slot_hits`) gives, for every anchor and slot, whether the
+draft proposes the target's token, and the target's top-1 probability for that token's position
+(its softmax at T=1, from the same pass). Per bin of that probability: the share of (anchor,
+slot) cells, the draft's agreement there (the same for slot 0 alone), and the share of the
+engine's rounds (the walk from the first answer token) that end on a miss in that bin. Last, the
+acceptance length the walk would reach if the draft agreed wherever the target's top-1
+probability is at least each bin's floor: what training could still win at confident positions,
+against what is left to near-ties.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.target import target_head_weights, target_logit_softcap  # noqa: E402
+from scripts.eval_acceptance import (  # noqa: E402
+    add_runtime_args,
+    evaluate,
+    heldout_prompts,
+    parse_prompt_files,
+    parse_runtime_args,
+)
+from scripts.teacher_forced_acceptance import slot_hits, walk  # noqa: E402
+from serve.engine import Engine  # noqa: E402
+from serve.engine.options import EngineOptions  # noqa: E402
+
+CHUNK = 256  # rows of [CHUNK, vocab] logits at a time
+
+
+@torch.no_grad()
+def top1_probability(final: torch.Tensor, lm_head: torch.Tensor, softcap: float | None):
+    """[T] float32: the target's largest next-token probability after each position of `final`
+    [T, H] (the distribution of the token at t + 1), computed CHUNK rows at a time."""
+    out = []
+    for rows in final.split(CHUNK):
+        z = rows.float() @ lm_head.float().T
+        if softcap:
+            z = softcap * torch.tanh(z / softcap)
+        out.append(z.softmax(-1).amax(-1))
+    return torch.cat(out)
+
+
+def bin_index(p: torch.Tensor, floors: list[float]) -> torch.Tensor:
+    """Index of the bin [floors[i], floors[i + 1]) each probability falls in (floors[0] = 0)."""
+    return torch.bucketize(p, torch.tensor(floors[1:], dtype=p.dtype), right=True)
+
+
+def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) -> dict:
+    """The bins and hypothetical walks of one domain's prompts (see the module docstring)."""
+    _, lm_head = target_head_weights(engine.target_model)
+    cap = target_logit_softcap(engine.target_model)
+    answers = evaluate(engine, prompts, 0.0, max_tokens, 0)["outputs"]
+    nb = len(floors)
+    cells, agree, ends = torch.zeros(nb), torch.zeros(nb), torch.zeros(nb)
+    cells0, agree0 = torch.zeros(nb), torch.zeros(nb)  # slot 0 alone
+    rounds = accepted = 0
+    if_sure = torch.zeros(nb)  # accepted drafts of the walk, draft right where target >= floor
+    if_rounds = torch.zeros(nb)
+    for prompt, answer in zip(prompts, answers, strict=True):
+        hit, _, label_pos, final = slot_hits(engine, prompt, answer)
+        hit = hit[:-1].cpu()  # the anchors a round can start from (a token after them)
+        conf = top1_probability(final[0], lm_head, cap).cpu()
+        slot_conf = conf[(label_pos[:-1] - 1).cpu()]  # [A, Nd]: for the token each slot proposes
+        b = bin_index(slot_conf, floors)
+        for i in range(nb):
+            sel = b == i
+            cells[i] += sel.sum()
+            agree[i] += (hit & sel).sum()
+            cells0[i] += sel[:, 0].sum()
+            agree0[i] += (hit & sel)[:, 0].sum()
+        counts = hit.long().cumprod(-1).sum(-1)
+        n, k = walk(torch.cat([counts, counts.new_zeros(1)]))
+        rounds, accepted = rounds + n, accepted + k
+        p = 0
+        while p < counts.numel():  # the engine's rounds; a round with a miss ends in its bin
+            a = int(counts[p])
+            if a < hit.shape[1]:
+                ends[int(b[p, a])] += 1
+            p += a + 1
+        for i, floor in enumerate(floors):
+            c = (hit | (slot_conf >= floor)).long().cumprod(-1).sum(-1)
+            n, k = walk(torch.cat([c, c.new_zeros(1)]))
+            if_rounds[i] += n
+            if_sure[i] += k
+    return {
+        "prompts": len(prompts),
+        "walk_tau": 1 + accepted / max(1, rounds),
+        "bins": [
+            {
+                "floor": floors[i],
+                "ceiling": floors[i + 1] if i + 1 < nb else 1.0,
+                "cell_share": float(cells[i] / cells.sum()),
+                "draft_agreement": float(agree[i] / max(1, cells[i])),
+                "slot0_share": float(cells0[i] / cells0.sum()),
+                "slot0_draft_agreement": float(agree0[i] / max(1, cells0[i])),
+                "round_end_share": float(ends[i] / max(1, ends.sum())),
+                "walk_tau_if_right_where_target_at_least_floor": float(
+                    1 + if_sure[i] / max(1, if_rounds[i])
+                ),
+            }
+            for i in range(nb)
+        ],
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--prompts", nargs="+", required=True, help="NAME=FILE chat rows")
+    ap.add_argument("--num-prompts", type=int, default=16, help="per domain")
+    ap.add_argument("--max-prompt-tokens", type=int, default=768)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument(
+        "--floors",
+        type=float,
+        nargs="+",
+        default=[0.5, 0.8, 0.95],
+        help="bin floors of the target's top-1 probability (a bin from 0 is added)",
+    )
+    add_runtime_args(ap)
+    a = parse_runtime_args(ap, argv)
+    floors = [0.0, *sorted(f for f in a.floors if 0.0 < f < 1.0)]
+    engine = Engine.from_options(
+        EngineOptions(
+            target=a.target,
+            checkpoint=a.checkpoint,
+            device=a.device,
+            dtype=a.dtype,
+            draft_sampling="greedy",
+            max_num_seqs=a.batch,
+            max_model_len=a.max_prompt_tokens + a.max_tokens,
+        )
+    )
+    prompts = heldout_prompts(
+        a.target,
+        engine.tokenizer,
+        a.num_prompts,
+        parse_prompt_files(a.prompts),
+        a.max_prompt_tokens,
+    )
+    print(
+        "| domain | target top-1 probability | share of slots | draft agrees | slot 0: share, "
+        "draft agrees | rounds ending here | walk tau if the draft agreed wherever the target is "
+        "at least this sure |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    rows = []
+    for dom, ps in sorted(prompts.items()):
+        row = {"domain": dom, **domain_row(engine, ps, a.max_tokens, floors)}
+        rows.append(row)
+        for b in row["bins"]:
+            print(
+                f"| {dom} | {b['floor']:.2f}-{b['ceiling']:.2f} | {b['cell_share']:.3f} | "
+                f"{b['draft_agreement']:.3f} | {b['slot0_share']:.3f}, "
+                f"{b['slot0_draft_agreement']:.3f} | {b['round_end_share']:.3f} | "
+                f"{b['walk_tau_if_right_where_target_at_least_floor']:.3f} |",
+                flush=True,
+            )
+        print(f"| {dom} | walk tau as is | | | | | {row['walk_tau']:.3f} |", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
