@@ -76,3 +76,19 @@ def test_a_missing_extra_source_is_named(target, tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["--target", str(target), "--data-dir", str(tmp_path), "--extra", "pystdlib"])
     assert e.value.code == 2
+
+
+def test_extra_only_writes_the_extra_prompts_alone_as_train(target, tmp_path):
+    """Code answers on their own (smollm2_regenerate.sh --extra-only): no ShareGPT file is read,
+    nothing is held out."""
+    tok = AutoTokenizer.from_pretrained(target)
+    write(tmp_path / "a-train.jsonl", [chat(f"a{i}", "def f():") for i in range(2)])
+    write(tmp_path / "b-train.jsonl", [chat(f"b{i}", "def g():") for i in range(4)])
+    counts = build(tok, tmp_path, "", samples=1, max_tokens=64, extra=["a", "b"], extra_only=True)
+    assert counts["kept"] == {"heldout": 0, "a": 2, "b": 4} and counts["rows_written"] == 6
+    rows = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["b0", "a0", "b1", "b2", "a1", "b3"]  # spread evenly
+    assert {r["split"] for r in rows} == {"train"} and counts["extra_only"] is True
+    with pytest.raises(SystemExit) as e:  # nothing to write
+        main(["--target", str(target), "--data-dir", str(tmp_path), "--extra-only"])
+    assert e.value.code == 2

@@ -5,14 +5,15 @@ train.regenerate replaces) longer than --max-prompt-tokens is dropped and counte
 
     python3 scripts/gpu/regen_prompts.py --target artifacts/smollm2-135m-instruct \
         --data-dir artifacts/smollm2-data [--suffix .later] [--samples K] [--extra NAME]
-        [--json FILE]
+        [--extra-only] [--json FILE]
 
 It reads DATA_DIR/sharegpt-{heldout,train}SUFFIX.jsonl (prepare_carry.sh: SUFFIX '' for the first
 turns, '.later' for each chat's later ones) and writes DATA_DIR/prompts.jsonl. `--extra NAME`
 (repeatable) adds DATA_DIR/NAME-train.jsonl's prompts to the train ones, spread evenly among
-them, so a regeneration cut by its time budget keeps each source's share (pystdlib: code prompts,
-train/data/pystdlib.py). With the same files and options the output is the same row for row,
-which a resumed regeneration relies on.
+them, so a regeneration cut by its time budget keeps each source's share (pystdlib, pypackages:
+code prompts, train/data/pystdlib.py and pypackages.py); `--extra-only` writes those alone (no
+ShareGPT prompts, none held out). With the same files and options the output is the same row for
+row, which a resumed regeneration relies on.
 """
 
 from __future__ import annotations
@@ -29,9 +30,17 @@ from train.data.regenerate import regeneration_prompt  # noqa: E402
 SPLITS = ("heldout", "train")  # held-out first: a cut run still holds every held-out prompt
 
 
-def build(tokenizer, data_dir: Path, suffix: str, samples: int, max_tokens: int, extra=()) -> dict:
-    kept, dropped, rows = {}, {}, {}
-    sources = {s: data_dir / f"sharegpt-{s}{suffix}.jsonl" for s in SPLITS}
+def build(
+    tokenizer,
+    data_dir: Path,
+    suffix: str,
+    samples: int,
+    max_tokens: int,
+    extra=(),
+    extra_only: bool = False,
+) -> dict:
+    kept, dropped, rows = {"heldout": 0}, {"heldout": 0}, {"heldout": []}
+    sources = {} if extra_only else {s: data_dir / f"sharegpt-{s}{suffix}.jsonl" for s in SPLITS}
     sources.update({name: data_dir / f"{name}-train.jsonl" for name in extra})
     for source, path in sources.items():
         rows[source] = []
@@ -58,6 +67,7 @@ def build(tokenizer, data_dir: Path, suffix: str, samples: int, max_tokens: int,
         "suffix": suffix,
         "samples": samples,
         "extra": list(extra),
+        "extra_only": extra_only,
         "max_prompt_tokens": max_tokens,
         "kept": kept,
         "dropped_longer": dropped,
@@ -81,18 +91,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--extra", action="append", default=[], help="also DATA_DIR/NAME-train.jsonl (repeatable)"
     )
+    ap.add_argument(
+        "--extra-only",
+        action="store_true",
+        help="only the --extra prompts (all train), no ShareGPT ones: e.g. code answers alone",
+    )
     ap.add_argument("--max-prompt-tokens", type=int, default=1536)
     ap.add_argument("--json", help="also write the counts here")
     a = ap.parse_args(argv)
     if a.samples < 1:
         ap.error("--samples must be at least 1")
+    if a.extra_only and not a.extra:
+        ap.error("--extra-only needs at least one --extra NAME")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(a.target)
     missing = [n for n in a.extra if not (a.data_dir / f"{n}-train.jsonl").is_file()]
     if missing:
         ap.error(f"--extra {missing}: no {a.data_dir}/NAME-train.jsonl (train.prepare_data NAME)")
-    counts = build(tok, a.data_dir, a.suffix, a.samples, a.max_prompt_tokens, a.extra)
+    counts = build(tok, a.data_dir, a.suffix, a.samples, a.max_prompt_tokens, a.extra, a.extra_only)
     print(
         f"prompts kept {counts['kept']}, dropped as longer than {a.max_prompt_tokens} tokens "
         f"{counts['dropped_longer']}; {a.samples} answers per train prompt"

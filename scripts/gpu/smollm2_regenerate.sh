@@ -3,7 +3,7 @@
 # (T=0.7 unless --temperature, top-p 0.8, up to 512 new tokens), one engine start for both splits.
 #   bash scripts/gpu/smollm2_regenerate.sh [--samples K] [--vllm 0.26|0.34] [--cuda-graphs]
 #     [--max-seconds S] [--gpu-memory F] [--temperature T] [--tag NAME] [--turns later]
-#     [--restore-only] [--engines N] [--start-together] [--extra NAME]
+#     [--restore-only] [--engines N] [--start-together] [--extra NAME] [--extra-only]
 # --samples K (env REGEN_SAMPLES, default 1): K answers per train prompt, each row with its own seed
 #   (held-out prompts once). The 2,000-step run began to over-fit one answer per prompt.
 # --vllm (default 0.26, vllm_install.sh; 0.34: vllm034_install.sh).
@@ -38,7 +38,8 @@
 #   prepare_carry.sh: `train.prepare_data --turns later`, the chat up to its second, third, ...
 #   user turn), which the first-turn sets (tags regen, greedy) leave out; use another --tag.
 # --extra NAME (repeatable): NAME-train.jsonl's prompts too, spread among the train ones
-#   (regen_prompts.py; pystdlib: HumanEval-form code prompts, prepare_carry.sh).
+#   (regen_prompts.py; pystdlib, pypackages: HumanEval-form code prompts, prepare_carry.sh);
+#   --extra-only: those alone, no ShareGPT prompt (code answers under a --tag of their own).
 # --tag NAME (default regen): the files are all.NAME.jsonl, train.NAME.jsonl and heldout.NAME.jsonl
 #   (each with its .summary.json), so a second set of answers (e.g. --temperature 0 --tag greedy)
 #   sits beside the first and smollm2_mix.sh can join them.
@@ -66,6 +67,7 @@ while [ $# -gt 0 ]; do
     --engines) ENGINES=$2; shift 2 ;;
     --start-together) TOGETHER=1; shift ;;
     --extra) EXTRA+=(--extra "$2"); shift 2 ;;
+    --extra-only) EXTRA+=(--extra-only); shift ;;
     --turns) [ "$2" = later ] || { echo "--turns takes only 'later'" >&2; exit 2; }; PROMPTS=.later; shift 2 ;;
     *) echo "smollm2_regenerate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
