@@ -29,16 +29,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.target import target_head_weights, target_logit_softcap  # noqa: E402
-from scripts.eval_acceptance import (  # noqa: E402
-    add_runtime_args,
-    evaluate,
-    heldout_prompts,
-    parse_prompt_files,
-    parse_runtime_args,
+from scripts.eval_acceptance import evaluate, parse_runtime_args  # noqa: E402
+from scripts.teacher_forced_acceptance import (  # noqa: E402
+    add_teacher_args,
+    greedy_engine_and_prompts,
+    slot_hits,
+    walk,
 )
-from scripts.teacher_forced_acceptance import slot_hits, walk  # noqa: E402
 from serve.engine import Engine  # noqa: E402
-from serve.engine.options import EngineOptions  # noqa: E402
 
 CHUNK = 256  # rows of [CHUNK, vocab] logits at a time
 
@@ -121,13 +119,7 @@ def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) ->
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--prompts", nargs="+", required=True, help="NAME=FILE chat rows")
-    ap.add_argument("--num-prompts", type=int, default=16, help="per domain")
-    ap.add_argument("--max-prompt-tokens", type=int, default=768)
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
+    add_teacher_args(ap, num_prompts=16)
     ap.add_argument(
         "--floors",
         type=float,
@@ -135,27 +127,9 @@ def main(argv=None) -> int:
         default=[0.5, 0.8, 0.95],
         help="bin floors of the target's top-1 probability (a bin from 0 is added)",
     )
-    add_runtime_args(ap)
     a = parse_runtime_args(ap, argv)
     floors = [0.0, *sorted(f for f in a.floors if 0.0 < f < 1.0)]
-    engine = Engine.from_options(
-        EngineOptions(
-            target=a.target,
-            checkpoint=a.checkpoint,
-            device=a.device,
-            dtype=a.dtype,
-            draft_sampling="greedy",
-            max_num_seqs=a.batch,
-            max_model_len=a.max_prompt_tokens + a.max_tokens,
-        )
-    )
-    prompts = heldout_prompts(
-        a.target,
-        engine.tokenizer,
-        a.num_prompts,
-        parse_prompt_files(a.prompts),
-        a.max_prompt_tokens,
-    )
+    engine, prompts = greedy_engine_and_prompts(a)
     print(
         "| domain | target top-1 probability | share of slots | draft agrees | slot 0: share, "
         "draft agrees | rounds ending here | walk tau if the draft agreed wherever the target is "

@@ -93,17 +93,20 @@ def walk(counts: torch.Tensor) -> tuple[int, int]:
     return rounds, acc
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_teacher_args(ap: argparse.ArgumentParser, num_prompts: int) -> None:
+    """The arguments of a teacher-forced analysis: target, draft, prompt files and lengths."""
     ap.add_argument("--target", required=True)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--prompts", nargs="+", required=True, help="NAME=FILE chat rows")
-    ap.add_argument("--num-prompts", type=int, default=8, help="per domain")
+    ap.add_argument("--num-prompts", type=int, default=num_prompts, help="per domain")
     ap.add_argument("--max-prompt-tokens", type=int, default=768)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
     add_runtime_args(ap)
-    a = parse_runtime_args(ap, argv)
+
+
+def greedy_engine_and_prompts(a) -> tuple[Engine, dict[str, list[list[int]]]]:
+    """The engine with greedy drafting for `a`'s target and draft, and `a`'s prompts per domain."""
     engine = Engine.from_options(
         EngineOptions(
             target=a.target,
@@ -115,7 +118,6 @@ def main(argv=None) -> int:
             max_model_len=a.max_prompt_tokens + a.max_tokens,
         )
     )
-    nd = engine.num_spec
     prompts = heldout_prompts(
         a.target,
         engine.tokenizer,
@@ -123,6 +125,15 @@ def main(argv=None) -> int:
         parse_prompt_files(a.prompts),
         a.max_prompt_tokens,
     )
+    return engine, prompts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_teacher_args(ap, num_prompts=8)
+    a = parse_runtime_args(ap, argv)
+    engine, prompts = greedy_engine_and_prompts(a)
+    nd = engine.num_spec
     rows = []
     print("| domain | prompts | engine tau | walk tau | all-anchor tau | per-slot (all anchors) |")
     print("|---|---|---|---|---|---|")
