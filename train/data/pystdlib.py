@@ -5,9 +5,8 @@ from chat answers, where the answer seldom starts by copying a signature from th
 then writes a function. HumanEval's own 164 prompts are held out, so these rows come from another
 source of the same form: every public function, and every public method of a public class, that
 has a docstring, in the standard library's modules (tests, demos and GUI packages left out),
-written as HumanEval writes a task (the signature, then the docstring indented in triple
-quotes, a method inside its class's header) behind the same instruction
-(`train.data.humaneval.code_task_row`). Only prompts: the target writes the answers
+written as HumanEval writes a task (`train/data/pycode.py`, shared with the installed packages'
+prompts of `train/data/pypackages.py`). Only prompts: the target writes the answers
 (`train.regenerate`), as it does for ShareGPT's.
 
 Row: `{"id": "pystdlib/PATH:NAME", "messages": [{"role": "user", "content": ...}]}`. The rows depend
