@@ -33,6 +33,8 @@ from scripts.eval_acceptance import evaluate, parse_runtime_args  # noqa: E402
 from scripts.teacher_forced_acceptance import (  # noqa: E402
     add_teacher_args,
     greedy_engine_and_prompts,
+    leading_matches,
+    round_starts,
     slot_hits,
     walk,
 )
@@ -72,28 +74,25 @@ def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) ->
     if_rounds = torch.zeros(nb)
     for prompt, answer in zip(prompts, answers, strict=True):
         hit, _, label_pos, final = slot_hits(engine, prompt, answer)
-        hit = hit[:-1].cpu()  # the anchors a round can start from (a token after them)
+        hit = hit.cpu()
         conf = top1_probability(final[0], lm_head, cap).cpu()
-        slot_conf = conf[(label_pos[:-1] - 1).cpu()]  # [A, Nd]: for the token each slot proposes
+        slot_conf = conf[(label_pos - 1).cpu()]  # [A, Nd]: for the token each slot proposes
         b = bin_index(slot_conf, floors)
+        # the anchors a round can start from (a token after them), as teacher_forced_acceptance
+        held, held_b = hit[:-1], b[:-1]
         for i in range(nb):
-            sel = b == i
+            sel = held_b == i
             cells[i] += sel.sum()
-            agree[i] += (hit & sel).sum()
+            agree[i] += (held & sel).sum()
             cells0[i] += sel[:, 0].sum()
-            agree0[i] += (hit & sel)[:, 0].sum()
-        counts = hit.long().cumprod(-1).sum(-1)
-        n, k = walk(torch.cat([counts, counts.new_zeros(1)]))
-        rounds, accepted = rounds + n, accepted + k
-        p = 0
-        while p < counts.numel():  # the engine's rounds; a round with a miss ends in its bin
-            a = int(counts[p])
+            agree0[i] += (held & sel)[:, 0].sum()
+        starts = round_starts(leading_matches(hit))
+        rounds, accepted = rounds + len(starts), accepted + sum(a for _, a in starts)
+        for p, a in starts:  # a round with a miss ends in its bin
             if a < hit.shape[1]:
                 ends[int(b[p, a])] += 1
-            p += a + 1
         for i, floor in enumerate(floors):
-            c = (hit | (slot_conf >= floor)).long().cumprod(-1).sum(-1)
-            n, k = walk(torch.cat([c, c.new_zeros(1)]))
+            n, k = walk(leading_matches(hit | (slot_conf >= floor)))
             if_rounds[i] += n
             if_sure[i] += k
     return {

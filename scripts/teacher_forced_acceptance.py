@@ -51,11 +51,11 @@ def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
 
 @torch.no_grad()
 def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
-    """(hit [len(answer), Nd] bool, ids [1, T], label_pos [len(answer), Nd], last_hidden [1, T, H]):
+    """(hit [len(answer), Nd] bool, ids [1, T], label_pos [len(answer), Nd], final [1, T, H]):
     whether the draft's greedy token in slot k of a round anchored at each answer position
     (anchor p = prompt length + i holds answer[i]) equals the target's token there, with the
     Markov head fed the true previous tokens; ids are the answer followed by the target's own
-    greedy tokens past its end, label_pos where each slot's token sits in ids, last_hidden the
+    greedy tokens past its end, label_pos where each slot's token sits in ids, final the
     target's final (post-norm) hidden states over ids: its logits at t - 1 give the token at t."""
     draft, target = engine.draft_model, engine.target_model
     nd = engine.num_spec
@@ -75,22 +75,33 @@ def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
     return hit[0], ids, fo.label_pos[0], out.final
 
 
+def leading_matches(hit: torch.Tensor) -> torch.Tensor:
+    """[A] from [A, Nd] bool: the drafts a T=0 round anchored there accepts (its leading hits)."""
+    return hit.long().cumprod(-1).sum(-1)
+
+
 def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
     """[len(answer)] drafts a T=0 round anchored at each answer position would accept, against
     the answer followed by the target's own greedy tokens past its end."""
-    hit = slot_hits(engine, prompt, answer)[0]
-    return hit.long().cumprod(-1).sum(-1).clamp(max=engine.num_spec)  # leading matches per anchor
+    return leading_matches(slot_hits(engine, prompt, answer)[0])
+
+
+def round_starts(counts: torch.Tensor) -> list[tuple[int, int]]:
+    """(anchor, accepted) of each round on the engine's path over an answer of len(counts)
+    tokens: anchor 0, then a + 1 further after accepting a; a round starts while the answer has
+    tokens after its anchor (the request is not finished)."""
+    p, out = 0, []
+    while p < counts.numel() - 1:
+        a = int(counts[p])
+        out.append((p, a))
+        p += a + 1
+    return out
 
 
 def walk(counts: torch.Tensor) -> tuple[int, int]:
-    """(rounds, accepted) of the engine's path over an answer of len(counts) tokens: anchor 0,
-    then a + 1 further after accepting a; a round starts while the answer has tokens after its
-    anchor (the request is not finished)."""
-    p = rounds = acc = 0
-    while p < counts.numel() - 1:
-        a = int(counts[p])
-        rounds, acc, p = rounds + 1, acc + a, p + a + 1
-    return rounds, acc
+    """(rounds, accepted) of the engine's path over an answer of len(counts) tokens."""
+    starts = round_starts(counts)
+    return len(starts), sum(a for _, a in starts)
 
 
 def add_teacher_args(ap: argparse.ArgumentParser, num_prompts: int) -> None:
