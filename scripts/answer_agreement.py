@@ -26,12 +26,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.target import TargetCapture  # noqa: E402
 from scripts.eval_acceptance import (  # noqa: E402
     add_runtime_args,
     parse_runtime_args,
     read_jsonl,
 )
+from scripts.teacher_forced_acceptance import draft_guesses  # noqa: E402
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
@@ -41,20 +41,13 @@ from train.data.regenerate import regeneration_prompt  # noqa: E402
 def slot_agreement(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
     """[len(answer) - 1, Nd] int: 1 where slot k of the block anchored at answer position i
     proposes the target's argmax, 0 where not, -1 where the slot's token lies past the answer."""
-    draft, target = engine.draft_model, engine.target_model
     ids = torch.tensor([prompt + answer], device=engine.device)
-    greedy = target(input_ids=ids).logits[0].argmax(-1)  # [T]: the argmax for position t + 1
-    cap = TargetCapture(target, draft.config.target_layer_ids)
-    try:
-        aux = cap(ids).aux
-    finally:
-        cap.close()
+    greedy = engine.target_model(input_ids=ids).logits[0].argmax(-1)  # [T]: argmax for t + 1
     lp, n = len(prompt), ids.shape[1]
     anchors = torch.arange(lp, n - 1, device=ids.device).unsqueeze(0)
-    fo = draft.forward_train(aux, ids, anchors, torch.ones_like(anchors, dtype=torch.bool))
-    guess = draft.map_draft_to_target(draft.block_logits(fo.hidden, fo.markov_input).argmax(-1))
+    guess, fo, _ = draft_guesses(engine, ids, anchors)
     pos = fo.label_pos[0].clamp(1, n - 1)  # the position each slot proposes a token for
-    hit = (guess[0] == greedy[pos - 1]).long()
+    hit = (guess == greedy[pos - 1]).long()
     return torch.where(fo.in_range[0], hit, torch.full_like(hit, -1))
 
 

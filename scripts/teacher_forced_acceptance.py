@@ -50,6 +50,24 @@ def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+def draft_guesses(engine: Engine, ids: torch.Tensor, anchors: torch.Tensor):
+    """(guess [A, Nd] target ids, fo, capture): the draft's greedy token in every slot of a block
+    anchored at each of `anchors` ([1, A] positions in `ids` [1, T]), teacher-forced on the
+    training path (`TargetCapture`, `forward_train`, `block_logits`, the Markov head fed the true
+    previous tokens); fo is `forward_train`'s output (label_pos, in_range), capture the target's
+    (aux, final hidden states)."""
+    draft = engine.draft_model
+    cap = TargetCapture(engine.target_model, draft.config.target_layer_ids)
+    try:
+        out = cap(ids)
+    finally:
+        cap.close()
+    fo = draft.forward_train(out.aux, ids, anchors, torch.ones_like(anchors, dtype=torch.bool))
+    guess = draft.map_draft_to_target(draft.block_logits(fo.hidden, fo.markov_input).argmax(-1))
+    return guess[0], fo, out
+
+
+@torch.no_grad()
 def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
     """(hit [len(answer), Nd] bool, ids [1, T], label_pos [len(answer), Nd], final [1, T, H]):
     whether the draft's greedy token in slot k of a round anchored at each answer position
@@ -57,22 +75,14 @@ def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
     Markov head fed the true previous tokens; ids are the answer followed by the target's own
     greedy tokens past its end, label_pos where each slot's token sits in ids, final the
     target's final (post-norm) hidden states over ids: its logits at t - 1 give the token at t."""
-    draft, target = engine.draft_model, engine.target_model
-    nd = engine.num_spec
-    ids = greedy_beyond(target, torch.tensor([prompt + answer], device=engine.device), nd)
-    cap = TargetCapture(target, draft.config.target_layer_ids)
-    try:
-        out = cap(ids)
-    finally:
-        cap.close()
+    ids = greedy_beyond(
+        engine.target_model, torch.tensor([prompt + answer], device=engine.device), engine.num_spec
+    )
     lp = len(prompt)
     anchors = torch.arange(lp, lp + len(answer), device=ids.device).unsqueeze(0)
-    valid = torch.ones_like(anchors, dtype=torch.bool)
-    fo = draft.forward_train(out.aux, ids, anchors, valid)
-    logits = draft.block_logits(fo.hidden, fo.markov_input)  # [1, A, Nd, Vd]
-    guess = draft.map_draft_to_target(logits.argmax(-1))
-    hit = (guess == ids[0, fo.label_pos[0]].unsqueeze(0)) & fo.in_range
-    return hit[0], ids, fo.label_pos[0], out.final
+    guess, fo, out = draft_guesses(engine, ids, anchors)
+    hit = (guess == ids[0, fo.label_pos[0]]) & fo.in_range[0]
+    return hit, ids, fo.label_pos[0], out.final
 
 
 def leading_matches(hit: torch.Tensor) -> torch.Tensor:
