@@ -14,7 +14,10 @@ slot) cells, the draft's agreement there (the same for slot 0 alone), and the sh
 engine's rounds (the walk from the first answer token) that end on a miss in that bin. Last, the
 acceptance length the walk would reach if the draft agreed wherever the target's top-1
 probability is at least each bin's floor: what training could still win at confident positions,
-against what is left to near-ties.
+against what is left to near-ties. Beside the bins, the reduced draft vocabulary's part: the share
+of answer tokens outside it (no draft over it can propose them), the share of rounds ending on
+such a token, and the walk if the draft were right there too (a ceiling for a larger or rebuilt
+vocabulary; a full-vocabulary draft has none outside).
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ def bin_index(p: torch.Tensor, floors: list[float]) -> torch.Tensor:
     return torch.bucketize(p, torch.tensor(floors[1:], dtype=p.dtype), right=True)
 
 
+def rounds_ending_on(cells: torch.Tensor, starts: list[tuple[int, int]]) -> int:
+    """How many of the rounds (anchor, accepted) end on a miss at a cell marked in `cells`
+    [A, Nd] bool: the slot after the accepted ones, where a round accepted fewer than Nd."""
+    return sum(int(cells[p, a]) for p, a in starts if a < cells.shape[1])
+
+
 def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) -> dict:
     """The bins and hypothetical walks of one domain's prompts (see the module docstring)."""
     _, lm_head = target_head_weights(engine.target_model)
@@ -72,9 +81,13 @@ def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) ->
     rounds = accepted = 0
     if_sure = torch.zeros(nb)  # accepted drafts of the walk, draft right where target >= floor
     if_rounds = torch.zeros(nb)
+    t2d = engine.draft_model.t2d.cpu()  # the draft vocabulary, over target ids
+    tokens = tokens_out = ends_out = out_rounds = out_accepted = 0
     for prompt, answer in zip(prompts, answers, strict=True):
-        hit, _, label_pos, final = slot_hits(engine, prompt, answer)
+        hit, ids, label_pos, final = slot_hits(engine, prompt, answer)
         hit = hit.cpu()
+        outside = ~t2d[ids[0].cpu()[label_pos.cpu()]]  # [A, Nd]: a token the draft cannot propose
+        tokens, tokens_out = tokens + len(answer), tokens_out + int((~t2d[answer]).sum())
         conf = top1_probability(final[0], lm_head, cap).cpu()
         slot_conf = conf[(label_pos - 1).cpu()]  # [A, Nd]: for the token each slot proposes
         b = bin_index(slot_conf, floors)
@@ -91,6 +104,9 @@ def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) ->
         for p, a in starts:  # a round with a miss ends in its bin
             if a < hit.shape[1]:
                 ends[int(b[p, a])] += 1
+        ends_out += rounds_ending_on(outside, starts)
+        n, k = walk(leading_matches(hit | outside))
+        out_rounds, out_accepted = out_rounds + n, out_accepted + k
         for i, floor in enumerate(floors):
             n, k = walk(leading_matches(hit | (slot_conf >= floor)))
             if_rounds[i] += n
@@ -98,6 +114,9 @@ def domain_row(engine: Engine, prompts, max_tokens: int, floors: list[float]) ->
     return {
         "prompts": len(prompts),
         "walk_tau": 1 + accepted / max(1, rounds),
+        "answer_tokens_outside_draft_vocab": tokens_out / max(1, tokens),
+        "round_ends_outside_draft_vocab": ends_out / max(1, int(ends.sum())),
+        "walk_tau_if_right_outside_draft_vocab": 1 + out_accepted / max(1, out_rounds),
         "bins": [
             {
                 "floor": floors[i],
@@ -148,6 +167,13 @@ def main(argv=None) -> int:
                 flush=True,
             )
         print(f"| {dom} | walk tau as is | | | | | {row['walk_tau']:.3f} |", flush=True)
+        print(
+            f"| {dom} | outside the draft vocabulary | "
+            f"{row['answer_tokens_outside_draft_vocab']:.3f} of answer tokens | | | "
+            f"{row['round_ends_outside_draft_vocab']:.3f} | "
+            f"{row['walk_tau_if_right_outside_draft_vocab']:.3f} |",
+            flush=True,
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
     return 0

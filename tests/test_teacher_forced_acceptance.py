@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scripts.teacher_forced_acceptance import main, walk
+from scripts.teacher_forced_acceptance import leading_matches, main, round_starts, walk
 from tests.tiny import word_chat_rows, write_trained_target
 from train.distill import main as distill
 
@@ -128,6 +128,21 @@ def test_top1_probability_matches_a_float64_softmax_with_and_without_a_softcap()
         assert torch.allclose(top1_probability(final, head, cap).double(), ref, atol=1e-6)
 
 
+def test_rounds_ending_on_counts_the_first_miss_of_each_round_only():
+    from scripts.acceptance_by_target_confidence import rounds_ending_on
+
+    hit = torch.tensor(
+        [[1, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0], [1, 1, 1]], dtype=torch.bool
+    )
+    starts = round_starts(leading_matches(hit))
+    assert starts == [(0, 1), (2, 0), (3, 2)]  # by hand: anchors 0, 0 + 1 + 1, 2 + 0 + 1
+    cells = torch.zeros_like(hit)
+    cells[0, 1] = cells[3, 2] = True  # two rounds end here
+    cells[1, 0] = cells[0, 0] = True  # no round starts at 1; slot 0 of anchor 0 was accepted
+    assert rounds_ending_on(cells, starts) == 2
+    assert rounds_ending_on(torch.ones(1, 3, dtype=torch.bool), [(0, 3)]) == 0  # no miss
+
+
 def test_confidence_bins_account_for_every_slot_and_round(trained, tmp_path):
     """Cell and round-end shares sum to one; the walk equals teacher_forced_acceptance's; a draft
     made right at more positions (a lower floor) never walks shorter, and right everywhere (floor
@@ -162,3 +177,7 @@ def test_confidence_bins_account_for_every_slot_and_round(trained, tmp_path):
     taus = [b["walk_tau_if_right_where_target_at_least_floor"] for b in bins]
     assert taus == sorted(taus, reverse=True) and taus[-1] >= row["walk_tau"] - 1e-9
     assert taus[0] > row["walk_tau"]  # the fixture's draft misses: a perfect one walks further
+    # a full-vocabulary draft: nothing outside it, so its walk is the walk as is
+    assert row["answer_tokens_outside_draft_vocab"] == 0.0
+    assert row["round_ends_outside_draft_vocab"] == 0.0
+    assert row["walk_tau_if_right_outside_draft_vocab"] == pytest.approx(row["walk_tau"])
