@@ -12,11 +12,13 @@ from safetensors.torch import load_file
 from common.checkpoint import load_checkpoint
 from common.model import DSparkDraftModel
 from common.target import target_head_weights
+from common.vocab import build_vocab_map
 from tests.test_distill import fast
 from train.distill import main
+from train.objective import init_draft_weights
 from train.schema import OptimCfg
 from train.setup import SetupError
-from train.warm_start import MIN_WARMUP_STEPS, warm_start, warmup_note
+from train.warm_start import MIN_WARMUP_STEPS, rows_in, warm_start, warmup_note
 
 VOCAB = "draft.draft_vocab_size=40"
 
@@ -84,6 +86,61 @@ def test_a_run_from_an_export_starts_at_its_acceptance_and_keeps_its_vocab_map(
     assert torch.equal(d2t_first, d2t_second)
     prov = json.loads((out / "final" / "provenance.json").read_text())
     assert prov["init_from"]["path"] == f"{first}/final"
+
+
+def test_rows_in_finds_each_id_of_the_new_map_in_the_old():
+    old, new = torch.tensor([2, 5, 7]), torch.tensor([5, 6, 7, 9])
+    assert rows_in(old, new).tolist() == [1, -1, 2, -1]
+
+
+def test_a_rebuilt_vocabulary_keeps_this_runs_map_and_carries_shared_markov_rows(target, first):
+    embed, head = target_tables(target)
+    src = load_checkpoint(first / "final", target_embed=embed, target_lm_head=head)
+    counts = torch.randint(
+        1, 1000, (src.config.vocab_size,), generator=torch.Generator().manual_seed(0)
+    )
+    vmap = build_vocab_map(counts, src.config.draft_vocab)
+    old_ids, new_ids = src.draft_ids_in_target.tolist(), vmap.selected.tolist()
+    shared = sorted(set(old_ids) & set(new_ids))
+    assert shared and len(shared) < len(new_ids)  # some ids kept, some new: both paths run
+    draft = DSparkDraftModel(src.config)
+    init_draft_weights(draft)
+    draft.init_from_target(embed, head, vmap.d2t, vmap.t2d)
+    record = warm_start(draft, str(first / "final"), embed, head, vocab="rebuild")
+    assert record["vocab"] == "rebuild"
+    assert (record["vocab_ids_kept"], record["vocab_ids_new"]) == (
+        len(shared),
+        len(new_ids) - len(shared),
+    )
+    assert torch.equal(draft.d2t, vmap.d2t) and torch.equal(draft.t2d, vmap.t2d)
+    assert torch.equal(draft.lm_head.weight, head[vmap.t2d].to(draft.lm_head.weight.dtype))
+    w2_new, w2_old = draft.markov_head.markov_w2.weight, src.markov_head.markov_w2.weight
+    for row, tid in enumerate(new_ids):  # a naive loop over target ids
+        want = w2_old[old_ids.index(tid)] if tid in old_ids else torch.zeros_like(w2_new[row])
+        assert torch.equal(w2_new[row], want.to(w2_new.dtype)), tid
+    got, theirs = draft.state_dict(), src.state_dict()
+    for name in theirs:
+        if name not in ("d2t", "t2d", "lm_head.weight", "markov_head.markov_w2.weight"):
+            assert torch.equal(got[name], theirs[name].to(got[name].dtype)), name
+
+
+def test_a_run_with_a_rebuilt_vocabulary_exports_the_map_of_its_own_data(target, first, tmp_path):
+    out = tmp_path / "second"
+    other = f"data.train={target}/data/heldout.jsonl"
+    args = [*fast(target, out, VOCAB, other, f"init_from={first}/final"), "init_from_vocab=rebuild"]
+    assert main([*args, "trainer.max_steps=2"]) == 0
+    own = torch.load(out / "vocab_map.pt")["d2t"]  # the map this run counted from its data
+    d2t_first = load_file(str(first / "final" / "model.safetensors"))["d2t"]
+    d2t_second = load_file(str(out / "final" / "model.safetensors"))["d2t"]
+    assert torch.equal(d2t_second, own) and not torch.equal(d2t_second, d2t_first)
+    prov = json.loads((out / "final" / "provenance.json").read_text())["init_from"]
+    assert prov["vocab"] == "rebuild" and prov["vocab_ids_kept"] + prov["vocab_ids_new"] == 40
+
+
+def test_an_unknown_vocabulary_mode_is_refused(target, first, tmp_path, capsys):
+    args = fast(target, tmp_path / "o", VOCAB, f"init_from={first}/final", "init_from_vocab=merge")
+    assert main(args) == 2
+    assert "init_from_vocab='merge'" in capsys.readouterr().err
 
 
 def test_a_different_draft_is_refused_naming_each_field(target, first, tmp_path, capsys):

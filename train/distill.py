@@ -111,7 +111,15 @@ def run(cfg) -> dict:
             f"copied {', '.join(layer_init['copied'])}; fresh: "
             f"{', '.join(layer_init['kept_fresh']) or 'none'}"
         )
-    init_from = warm_start(draft, cfg.init_from, embed, head) if cfg.init_from else None
+    init_from = None
+    if cfg.init_from:
+        init_from = warm_start(draft, cfg.init_from, embed, head, cfg.init_from_vocab)
+    if init_from and init_from["vocab"] == "rebuild":
+        acc.print(
+            f"[distill] init_from: the draft vocabulary rebuilt from this run's data, "
+            f"{init_from['vocab_ids_kept']} ids kept, {init_from['vocab_ids_new']} new "
+            "(their Markov rows start at zero)"
+        )
     note = warmup_note(cfg.optim, cfg.trainer.max_steps) if init_from else None
     if note:
         acc.print(note)

@@ -169,6 +169,9 @@ class DistillCfg:
     # an exported draft (OUTPUT/final of a run) to start from instead of fresh weights; the
     # optimizer, schedule and data start afresh (train/warm_start.py)
     init_from: str | None = None
+    # with init_from and a reduced draft vocabulary: "keep" the checkpoint's draft -> target map,
+    # or "rebuild" it from this run's data (Markov rows of the ids in both maps carried over)
+    init_from_vocab: str = "keep"
     # target layer ids the draft's decoder layers start from, one per draft layer (negative: from
     # the end); null: fresh weights (train/layer_init.py)
     init_layers_from_target: list[int] | None = None
