@@ -47,6 +47,7 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
     recipe = {
         "steps": result.step,
         "lr": cfg.optim.lr,
+        "markov_lr_scale": cfg.optim.markov_lr_scale,
         "micro_batch_size": cfg.trainer.micro_batch_size,
         "grad_accum": cfg.trainer.grad_accum,
         "seq_len": cfg.data.seq_len,

@@ -92,6 +92,8 @@ class OptimCfg:
     # the last decay_ratio of the steps after warm-up (train/schedule.py)
     schedule: str = "cosine"
     decay_ratio: float = 0.2  # wsd only: share of the horizon after warm-up spent decaying, (0, 1]
+    # the Markov head's learning rate as a multiple of lr (train/optim_groups.py); > 0
+    markov_lr_scale: float = 1.0
 
 
 @dataclass

@@ -42,6 +42,7 @@ from train.data.sampler import epoch_order
 from train.loss import summarize
 from train.metrics import RunLogger
 from train.objective import DistillObjective
+from train.optim_groups import param_groups
 from train.schedule import TimedHorizon, make_schedule, steady_eval_seconds
 from train.setup import SetupError
 from train.state import (
@@ -102,8 +103,8 @@ class Trainer:
         self.capture = TargetCapture(target, draft.config.target_layer_ids)
         self.teacher_head = target_head_weights(target)[1]
         objective = DistillObjective(draft, cfg.loss, tc.get("compile_loss", False))
-        params = [p for p in objective.parameters() if p.requires_grad]
         o = cfg.optim
+        params = param_groups(objective, o.lr, o.markov_lr_scale)  # checked in config_io
         opt = torch.optim.AdamW(
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
