@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Does the Markov head learn too slowly at the backbone's rate? It starts at zero output
+# (train/objective.py: an untrained DSpark draft is its DFlash backbone) and, at DSpark / DFlash
+# 1.06-1.12 on SmolLM2 (docs/benchmarks.md), adds less than the paper's +16-18%. Drafts of the
+# embedded default (`+experiment=tiny`, 300 steps) per seed: DFlash (`+experiment=tiny_dflash`),
+# and DSpark with the head at each `optim.markov_lr_scale` given (train/optim_groups.py); the rest
+# the same. Printed: held-out analytic and greedy tau (train.distill's final evaluation) per arm,
+# and each over the seed's DFlash arm.
+# Criterion, fixed before the run: a scale is worth a SmolLM2 A/B on the GPU only if its held-out
+# analytic tau beats scale 1's by >= 3% at every seed.
+#   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..."   (default "0 1" and "1 10";
+#                                                    about 2 minutes a run on 2 CPU cores)
+set -euo pipefail; cd "$(dirname "$0")/.."
+OUT=${1:?usage: markov_lr_tiny.sh OUT_DIR [\"SEED...\" [\"SCALE...\"]]}; mkdir -p "$OUT"
+read -r -a SEEDS <<<"${2:-0 1}"; read -r -a SCALES <<<"${3:-1 10}"
+COMMON=(overwrite=true trainer.progress=false trainer.max_steps=300 trainer.eval_every=150)
+for seed in "${SEEDS[@]}"; do
+  python -m train.distill +experiment=tiny_dflash "${COMMON[@]}" seed="$seed" \
+    experiment_name=dflash output_dir="$OUT/dflash_s$seed" >"$OUT/dflash_s$seed.log" 2>&1
+  for scale in "${SCALES[@]}"; do
+    python -m train.distill +experiment=tiny "${COMMON[@]}" seed="$seed" \
+      optim.markov_lr_scale="$scale" experiment_name="markov_x$scale" \
+      output_dir="$OUT/markov_x${scale}_s$seed" >"$OUT/markov_x${scale}_s$seed.log" 2>&1
+  done
+done
+python - "$OUT" "${SEEDS[*]}" "${SCALES[*]}" <<'PY'
+import json, sys
+out, seeds, scales = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+def ev(name):
+    return json.load(open(f"{out}/{name}/summary.json"))["eval"]
+print("| seed | arm | held-out analytic tau | / DFlash | greedy tau | / DFlash |")
+print("|---|---|---|---|---|---|")
+rows = {}
+for s in seeds:
+    base = ev(f"dflash_s{s}")
+    for arm in ["dflash"] + [f"markov_x{x}" for x in scales]:
+        f = ev(f"{arm}_s{s}")
+        rows[(s, arm)] = f
+        a, g = f["analytic_tau"], f["greedy_tau"]
+        print(f"| {s} | {arm} | {a:.3f} | {a / base['analytic_tau']:.3f} | {g:.3f} | "
+              f"{g / base['greedy_tau']:.3f} |")
+json.dump({f"{s}/{arm}": f for (s, arm), f in rows.items()}, open(f"{out}/markov_lr.json", "w"),
+          indent=1)
+PY
