@@ -4,10 +4,12 @@
 the embedding of the previous token, and `markov_w2`, its projection to the draft vocabulary, plus
 the gated/rnn heads' own layers). The head starts at zero output (train/objective.py), so an
 untrained DSpark draft is its DFlash backbone, and at the backbone's rate its bias grows slowly:
-on the tiny target, 300 steps, the held-out analytic tau rose 2.324 -> 2.964 with the head at 10x
-(docs/benchmarks.md, "The Markov head's learning rate"). speculators' DSpark recipe also gives the
-head ten times the backbone's rate. With the scale at 1 there is one group, as before, so older
-checkpoints resume (a saved optimizer's group count must match).
+on the tiny target, 300 steps, the held-out analytic tau rose 2.332 -> 2.964 with the head at 10x;
+on SmolLM2 (600 steps) 10x gave DSpark / DFlash 1.068 analytic, and what 1x gives there in the
+same run is not measured yet (docs/benchmarks.md, "The Markov head's learning rate").
+speculators' DSpark recipe also gives the head ten times the backbone's rate. With the scale at 1
+there is one group, as before, so older checkpoints resume (a saved optimizer's group count must
+match).
 """
 
 from __future__ import annotations
