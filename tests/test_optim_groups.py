@@ -12,30 +12,25 @@ from tests.dist.tiny import tiny_model
 from tests.test_distill import _train_losses, fast
 from train.config_io import BadConfig, compose_config
 from train.distill import main
-from train.optim_groups import is_markov_param, param_groups
+from train.optim_groups import param_groups
 from train.schedule import make_schedule
 from train.schema import OptimCfg
 
 
-@pytest.mark.parametrize(
-    "name, markov",
-    [
-        ("markov_head.markov_w1.weight", True),
-        ("draft.markov_head.markov_w2.weight", True),
-        ("draft._orig_mod.markov_head.gate_proj.weight", True),
-        ("draft.fc.weight", False),
-        ("draft.layers.0.self_attn.q_proj.weight", False),
-        ("draft.confidence_head.proj.weight", False),
-    ],
-)
-def test_markov_params_are_named_by_their_module(name, markov):
-    assert is_markov_param(name) is markov
+def test_the_head_is_found_inside_a_wrapping_module_by_identity():
+    """As the trainer calls it: the objective wraps the draft; the head's parameters, and only
+    they, form the second group."""
+    draft = tiny_model()
+    wrapper = torch.nn.ModuleDict({"draft": draft})
+    rest, markov = param_groups(wrapper, draft.markov_head, 1e-3, 10.0)
+    assert {id(p) for p in markov["params"]} == {id(p) for p in draft.markov_head.parameters()}
+    assert not {id(p) for p in rest["params"]} & {id(p) for p in markov["params"]}
 
 
 def test_scale_one_keeps_one_group_of_every_trainable_parameter():
     model = tiny_model(markov_head_type="gated")
     model.lm_head.weight.requires_grad_(False)
-    (group,) = param_groups(model, 1e-3, 1.0)
+    (group,) = param_groups(model, model.markov_head, 1e-3, 1.0)
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert group["lr"] == 1e-3
     assert [id(p) for p in group["params"]] == [id(p) for p in trainable]
@@ -44,7 +39,7 @@ def test_scale_one_keeps_one_group_of_every_trainable_parameter():
 @pytest.mark.parametrize("head", ["vanilla", "gated", "rnn"])
 def test_the_markov_head_gets_its_own_rate(head):
     model = tiny_model(markov_head_type=head)
-    rest, markov = param_groups(model, 2e-4, 10.0)
+    rest, markov = param_groups(model, model.markov_head, 2e-4, 10.0)
     assert rest["lr"] == 2e-4 and markov["lr"] == pytest.approx(2e-3)
     expected = {id(p) for p in model.markov_head.parameters()}
     assert {id(p) for p in markov["params"]} == expected
@@ -56,18 +51,19 @@ def test_the_markov_head_gets_its_own_rate(head):
 def test_a_draft_without_markov_head_has_one_group():
     model = tiny_model(markov_rank=0, confidence=False)
     assert model.markov_head is None
-    assert len(param_groups(model, 1e-3, 10.0)) == 1
+    assert len(param_groups(model, model.markov_head, 1e-3, 10.0)) == 1
 
 
 @pytest.mark.parametrize("scale", [0.0, -1.0, float("nan")])
 def test_a_scale_that_is_not_positive_is_refused(scale):
     with pytest.raises(ValueError, match="markov_lr_scale"):
-        param_groups(tiny_model(), 1e-3, scale)
+        model = tiny_model()
+        param_groups(model, model.markov_head, 1e-3, scale)
 
 
 def test_the_schedule_scales_both_groups_alike():
     model = tiny_model()
-    opt = torch.optim.AdamW(param_groups(model, 1e-3, 10.0))
+    opt = torch.optim.AdamW(param_groups(model, model.markov_head, 1e-3, 10.0))
     cfg = OptimCfg(schedule="wsd", warmup_ratio=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, make_schedule(cfg, 20))
     for _ in range(20):
@@ -83,7 +79,9 @@ def test_one_step_moves_the_markov_head_ten_times_as_far():
     group at ten times the rate moves ten times as far from the same gradient."""
     model = tiny_model()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = torch.optim.AdamW(param_groups(model, 1e-3, 10.0), weight_decay=0.0, eps=1e-12)
+    groups = param_groups(model, model.markov_head, 1e-3, 10.0)
+    opt = torch.optim.AdamW(groups, weight_decay=0.0, eps=1e-12)
+    head = {id(p) for p in model.markov_head.parameters()}
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     opt.step()
@@ -91,7 +89,7 @@ def test_one_step_moves_the_markov_head_ten_times_as_far():
         if not p.requires_grad:
             continue
         step = (p.detach() - before[n]).abs().max().item()
-        assert step == pytest.approx(1e-2 if is_markov_param(n) else 1e-3, rel=1e-4), n
+        assert step == pytest.approx(1e-2 if id(p) in head else 1e-3, rel=1e-4), n
 
 
 @pytest.mark.parametrize("bad", ["0.0", "-2", "nan"])

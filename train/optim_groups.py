@@ -16,22 +16,19 @@ from __future__ import annotations
 
 from torch import nn
 
-MARKOV_PREFIX = "markov_head."
 
-
-def is_markov_param(name: str) -> bool:
-    """True for a parameter of the draft's Markov head, however deep the module path is."""
-    return name.startswith(MARKOV_PREFIX) or f".{MARKOV_PREFIX}" in name
-
-
-def param_groups(module: nn.Module, lr: float, markov_lr_scale: float) -> list[dict]:
+def param_groups(
+    module: nn.Module, markov_head: nn.Module | None, lr: float, markov_lr_scale: float
+) -> list[dict]:
     """Trainable parameters of `module` as AdamW groups: one at `lr`, or, with a scale other than
-    1 and a Markov head present, the rest at `lr` and the head at `lr * markov_lr_scale`."""
+    1 and a Markov head (a submodule of `module`, told apart by identity, so wrappers such as
+    torch.compile's do not matter), the rest at `lr` and the head at `lr * markov_lr_scale`."""
     if not markov_lr_scale > 0:
         raise ValueError(f"optim.markov_lr_scale={markov_lr_scale}: must be > 0")
-    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-    markov = [p for n, p in named if is_markov_param(n)]
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    head = {id(p) for p in markov_head.parameters()} if markov_head is not None else set()
+    markov = [p for p in trainable if id(p) in head]
     if markov_lr_scale == 1.0 or not markov:
-        return [{"params": [p for _, p in named], "lr": lr}]
-    rest = [p for n, p in named if not is_markov_param(n)]
+        return [{"params": trainable, "lr": lr}]
+    rest = [p for p in trainable if id(p) not in head]
     return [{"params": rest, "lr": lr}, {"params": markov, "lr": lr * markov_lr_scale}]

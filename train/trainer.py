@@ -104,7 +104,8 @@ class Trainer:
         self.teacher_head = target_head_weights(target)[1]
         objective = DistillObjective(draft, cfg.loss, tc.get("compile_loss", False))
         o = cfg.optim
-        params = param_groups(objective, o.lr, o.markov_lr_scale)  # checked in config_io
+        # the scale is checked in config_io
+        params = param_groups(objective, draft.markov_head, o.lr, o.markov_lr_scale)
         opt = torch.optim.AdamW(
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
