@@ -181,3 +181,75 @@ def test_confidence_bins_account_for_every_slot_and_round(trained, tmp_path):
     assert row["answer_tokens_outside_draft_vocab"] == 0.0
     assert row["round_ends_outside_draft_vocab"] == 0.0
     assert row["walk_tau_if_right_outside_draft_vocab"] == pytest.approx(row["walk_tau"])
+
+
+def test_markov_bias_scale_splits_the_fused_logits_exactly(trained, tmp_path):
+    """scripts/markov_bias_scale.py takes the backbone's logits and the Markov head's bias apart
+    (`lm_head(h)`, `markov_w2(u)`) to rescale the bias; at scale 1 its T=0 counts must be the
+    walk's (`block_logits`, one fused matmul over `[h; u]`), and at scale 0 those of the backbone
+    alone (the head's output rows zeroed)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from scripts.eval_acceptance import evaluate
+    from scripts.markov_bias_scale import answer_ids, base_and_bias
+    from scripts.markov_bias_scale import leading_matches as scaled_matches
+    from scripts.markov_bias_scale import main as bias_scale
+    from scripts.teacher_forced_acceptance import accepted_counts
+    from serve.engine import Engine
+    from serve.engine.options import EngineOptions
+
+    target, trained_ckpt, held = trained
+    # 40 steps leave the head's output near its zero start; 30x of it moves the argmax, so a
+    # scale the split ignored would show
+    ckpt = tmp_path / "draft"
+    shutil.copytree(trained_ckpt, ckpt)
+    weights = load_file(ckpt / "model.safetensors")
+    (key,) = [k for k in weights if k.endswith("markov_w2.weight")]
+    weights[key] = weights[key] * 30
+    save_file(weights, ckpt / "model.safetensors")
+    engine = Engine.from_options(
+        EngineOptions(
+            target=str(target),
+            checkpoint=str(ckpt),
+            device="cpu",
+            draft_sampling="greedy",
+            max_num_seqs=8,
+            max_model_len=64,
+        )
+    )
+    nd, tok = engine.num_spec, engine.tokenizer
+    rows = []
+    for i, line in enumerate(held.read_text().splitlines()[:24]):
+        msgs = json.loads(line)["messages"]
+        ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)
+        out = evaluate(engine, [list(ids["input_ids"])], 0.0, 12, 0)["outputs"][0]
+        answer = {"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)}
+        rows.append({"messages": [*msgs, answer], "split": "heldout" if i % 2 else "train"})
+    pairs = [answer_ids(tok, r, 768, 512) for r in rows if r["split"] == "heldout"]
+    pairs = [(p, a) for p, a in pairs if len(a) > nd]
+    assert len(pairs) > 5, "too few held-out answers longer than a block"
+    w2 = engine.draft_model.markov_head.markov_w2.weight
+    expect = {}
+    for s in (1.0, 0.0):  # the walk with the head as trained, then with its output zeroed
+        if s == 0.0:
+            kept = w2.detach().clone()
+            w2.data.zero_()
+        expect[s] = [accepted_counts(engine, p, a)[: len(a) - nd] for p, a in pairs]
+    w2.data.copy_(kept)
+    assert any(not torch.equal(a, b) for a, b in zip(expect[1.0], expect[0.0], strict=True))
+    for (p, a), c1, c0 in zip(pairs, expect[1.0], expect[0.0], strict=True):
+        base, bias, labels = base_and_bias(engine, p, a)
+        assert torch.equal(scaled_matches(engine, base, bias, labels, 1.0), c1)
+        assert torch.equal(scaled_matches(engine, base, bias, labels, 0.0), c0)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "scale.json"
+    args = ["--target", str(target), "--checkpoint", str(ckpt)]
+    args += ["--rows", str(tmp_path / "rows.jsonl"), "--splits", "heldout", "--scales", "0", "1"]
+    assert bias_scale([*args, "--device", "cpu", "--json", str(out)]) == 0
+    (res,) = json.loads(out.read_text())
+    assert res["rows"] == len(pairs)
+    for s in (0.0, 1.0):
+        want = 1 + float(torch.cat(expect[s]).float().mean())
+        assert res["scales"][str(s)]["tau"] == pytest.approx(want, abs=1e-9)

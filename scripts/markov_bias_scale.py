@@ -1,0 +1,144 @@
+"""How much of a DSpark draft's Markov head carries from its training answers to held-out ones:
+T=0 acceptance, teacher-forced over the target's own greedy answers, with the head's logit bias
+scaled by each of a list of factors (0 is the draft's backbone alone, 1 the draft as trained).
+
+    python scripts/markov_bias_scale.py --target artifacts/smollm2-135m-instruct \
+        --checkpoint DRAFT --rows answers.greedy.jsonl --splits heldout train --num-rows 48 \
+        --scales 0 0.5 0.75 1 1.25
+
+Each row is a chat whose last assistant turn is the target's greedy answer (smollm2_regenerate.sh
+output, whose `split` field names train or heldout). One target pass captures the hidden states;
+one draft pass over a round anchored at every answer position gives the backbone's logits and the
+head's bias apart (`lm_head(h) + markov_w2(u)`), so every scale costs one argmax. At T=0 a round
+accepts the leading drafts equal to the answer's tokens, and within them the head has seen the
+true previous tokens, so 1 + the mean leading matches over every anchor is the acceptance length
+a T=0 round would realize there (scripts/teacher_forced_acceptance.py checks that walk against
+the engine). Anchors whose block runs past the answer's end are left out.
+A head that learned what generalizes helps held-out rows about as much as training rows; a head
+that memorized training transitions helps training rows far more, and a scale below 1 may then
+serve held-out rows better than the head as trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.target import TargetCapture  # noqa: E402
+from scripts.eval_acceptance import add_runtime_args, parse_runtime_args, read_jsonl  # noqa: E402
+from serve.engine import Engine  # noqa: E402
+from serve.engine.options import EngineOptions  # noqa: E402
+from train.data.regenerate import regeneration_prompt  # noqa: E402
+
+
+def answer_ids(tokenizer, row: dict, max_prompt: int, max_answer: int):
+    """(prompt ids, answer ids) of a row whose last message is the assistant's answer, or None
+    where the prompt is longer than `max_prompt` or the answer has no full block."""
+    prompt = tokenizer.apply_chat_template(
+        regeneration_prompt(row), add_generation_prompt=True, return_dict=True
+    )["input_ids"]
+    answer = tokenizer(row["messages"][-1]["content"], add_special_tokens=False)["input_ids"]
+    if len(prompt) > max_prompt:
+        return None
+    return list(prompt), list(answer[:max_answer])
+
+
+@torch.no_grad()
+def base_and_bias(engine: Engine, prompt: list[int], answer: list[int]):
+    """(base [A, Nd, Vd], bias [A, Nd, Vd], labels [A, Nd] target ids) over the anchors of
+    `answer` whose block ends inside it; the draft's logits are base + bias."""
+    draft, nd = engine.draft_model, engine.num_spec
+    ids = torch.tensor([prompt + answer], device=engine.device)
+    lp, t = len(prompt), ids.shape[1]
+    anchors = torch.arange(lp, t - nd, device=ids.device).unsqueeze(0)
+    cap = TargetCapture(engine.target_model, draft.config.target_layer_ids)
+    try:
+        out = cap(ids)
+    finally:
+        cap.close()
+    fo = draft.forward_train(out.aux, ids, anchors, torch.ones_like(anchors, dtype=torch.bool))
+    h, u = fo.hidden[0], fo.markov_input[0].to(fo.hidden.dtype)
+    base = h @ draft.lm_head.weight.T.to(h.dtype)
+    bias = u @ draft.markov_head.markov_w2.weight.T.to(h.dtype)
+    return base, bias, ids[0, fo.label_pos[0]]
+
+
+def leading_matches(engine: Engine, base, bias, labels, scale: float) -> torch.Tensor:
+    """[A] drafts a T=0 round at each anchor accepts with the bias scaled by `scale`."""
+    guess = engine.draft_model.map_draft_to_target((base + scale * bias).argmax(-1))
+    return (guess == labels).long().cumprod(-1).sum(-1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--rows", required=True, help="chat rows with the target's answers (jsonl)")
+    ap.add_argument("--splits", nargs="+", default=["heldout", "train"])
+    ap.add_argument("--num-rows", type=int, default=48, help="per split, the first in the file")
+    ap.add_argument("--scales", type=float, nargs="+", default=[0.0, 0.5, 0.75, 1.0, 1.25])
+    ap.add_argument("--max-prompt-tokens", type=int, default=768)
+    ap.add_argument("--max-answer-tokens", type=int, default=512)
+    add_runtime_args(ap)
+    a = parse_runtime_args(ap, argv)
+    engine = Engine.from_options(
+        EngineOptions(
+            target=a.target,
+            checkpoint=a.checkpoint,
+            device=a.device,
+            dtype=a.dtype,
+            draft_sampling="greedy",
+            max_model_len=a.max_prompt_tokens + a.max_answer_tokens,
+        )
+    )
+    if engine.draft_model.markov_head is None:
+        raise SystemExit(f"{a.checkpoint}: no Markov head (a DFlash draft); nothing to scale")
+    nd = engine.num_spec
+    rows = read_jsonl(a.rows)
+    results = []
+    print("| split | rows | anchors | " + " | ".join(f"x{s:g}" for s in a.scales) + " |")
+    print("|---|---|---|" + "---|" * len(a.scales))
+    for split in a.splits:
+        picked = [r for r in rows if r.get("split") == split][: a.num_rows]
+        if not picked:
+            raise SystemExit(f"{a.rows}: no rows with split={split!r}")
+        counts = {s: [] for s in a.scales}
+        used = 0
+        for row in picked:
+            pa = answer_ids(engine.tokenizer, row, a.max_prompt_tokens, a.max_answer_tokens)
+            if pa is None or len(pa[1]) <= nd:
+                continue
+            used += 1
+            base, bias, labels = base_and_bias(engine, *pa)
+            for s in a.scales:
+                counts[s].append(leading_matches(engine, base, bias, labels, s))
+        res = {"split": split, "rows": used, "scales": {}}
+        for s in a.scales:
+            c = torch.cat(counts[s]).float()
+            res["anchors"] = int(c.numel())
+            res["scales"][str(s)] = {
+                "tau": 1 + float(c.mean()),
+                "conditional": [
+                    float((c > k).sum() / max(1, int((c >= k).sum()))) for k in range(nd)
+                ],
+            }
+        results.append(res)
+        print(
+            f"| {split} | {used} | {res['anchors']} | "
+            + " | ".join(f"{res['scales'][str(s)]['tau']:.3f}" for s in a.scales)
+            + " |",
+            flush=True,
+        )
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
