@@ -1,0 +1,70 @@
+"""Runs that read the same batches in the same order (same data, seed and batch size), compared on
+them: the mean training-batch analytic tau of each run over windows of steps, and each over the
+first run's. Each step's tau is taken on its batch before the step's update, so over the first
+pass, while no row has been seen, it is a held-out figure; later it mixes in rows already read.
+
+    python scripts/train_tau_windows.py NAME=METRICS.jsonl ... --windows 1-100 101-200 201-297
+
+METRICS.jsonl: a run's metrics file (train.distill writes OUTPUT_DIR/metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def train_tau(path: Path) -> dict[int, float]:
+    """{step: analytic tau of that step's training batch}."""
+    out = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("split") == "train" and "analytic_tau" in row:
+            out[row["step"]] = row["analytic_tau"]
+    return out
+
+
+def window_means(taus: dict[int, float], lo: int, hi: int) -> float | None:
+    got = [taus[s] for s in range(lo, hi + 1) if s in taus]
+    return sum(got) / len(got) if got else None
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition("-")
+    if not sep or not lo.isdigit() or not hi.isdigit() or int(lo) > int(hi):
+        raise argparse.ArgumentTypeError(f"a window is FIRST-LAST steps, got {text!r}")
+    return int(lo), int(hi)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="NAME=METRICS.jsonl; the first is the baseline")
+    ap.add_argument("--windows", nargs="+", type=parse_window, required=True)
+    a = ap.parse_args(argv)
+    runs = {}
+    for spec in a.runs:
+        name, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_file():
+            raise SystemExit(f"runs are NAME=METRICS.jsonl with an existing file; got {spec!r}")
+        runs[name] = train_tau(Path(path))
+    names = list(runs)
+    print(
+        "| steps | "
+        + " | ".join(names)
+        + " | "
+        + " | ".join(f"{n} / {names[0]}" for n in names[1:])
+        + " |"
+    )
+    print("|---|" + "---|" * (2 * len(names) - 1))
+    for lo, hi in a.windows:
+        means = [window_means(runs[n], lo, hi) for n in names]
+        cells = [f"{m:.3f}" if m is not None else "-" for m in means]
+        ratios = [f"{m / means[0]:.3f}" if m is not None and means[0] else "-" for m in means[1:]]
+        print(f"| {lo}-{hi} | " + " | ".join(cells + ratios) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
