@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.target import TargetCapture  # noqa: E402
 from scripts.eval_acceptance import add_runtime_args, parse_runtime_args, read_jsonl  # noqa: E402
+from scripts.teacher_forced_acceptance import conditional_acceptance  # noqa: E402
+from scripts.teacher_forced_acceptance import leading_matches as leading_hits  # noqa: E402
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
@@ -72,7 +74,7 @@ def base_and_bias(engine: Engine, prompt: list[int], answer: list[int]):
 def leading_matches(engine: Engine, base, bias, labels, scale: float) -> torch.Tensor:
     """[A] drafts a T=0 round at each anchor accepts with the bias scaled by `scale`."""
     guess = engine.draft_model.map_draft_to_target((base + scale * bias).argmax(-1))
-    return (guess == labels).long().cumprod(-1).sum(-1)
+    return leading_hits(guess == labels)
 
 
 def main(argv=None) -> int:
@@ -124,9 +126,7 @@ def main(argv=None) -> int:
             res["anchors"] = int(c.numel())
             res["scales"][str(s)] = {
                 "tau": 1 + float(c.mean()),
-                "conditional": [
-                    float((c > k).sum() / max(1, int((c >= k).sum()))) for k in range(nd)
-                ],
+                "conditional": conditional_acceptance(c, nd),
             }
         results.append(res)
         print(

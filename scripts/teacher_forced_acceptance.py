@@ -96,6 +96,12 @@ def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> tor
     return leading_matches(slot_hits(engine, prompt, answer)[0])
 
 
+def conditional_acceptance(counts: torch.Tensor, nd: int) -> list[float]:
+    """Per slot k < nd, the share of rounds reaching slot k (accepted >= k) that accept it, from
+    each round's accepted count ([R] int)."""
+    return [float((counts > k).sum() / max(1, int((counts >= k).sum()))) for k in range(nd)]
+
+
 def round_starts(counts: torch.Tensor) -> list[tuple[int, int]]:
     """(anchor, accepted) of each round on the engine's path over an answer of len(counts)
     tokens: anchor 0, then a + 1 further after accepting a; a round starts while the answer has
@@ -168,7 +174,7 @@ def main(argv=None) -> int:
             rounds, acc = rounds + n, acc + k
             per_anchor.append(c[:-1])  # the anchors a round could start from
         allc = torch.cat(per_anchor).float()
-        slots = [float((allc > k).float().sum() / max(1, (allc >= k).sum())) for k in range(nd)]
+        slots = conditional_acceptance(allc, nd)
         row = {
             "domain": dom,
             "prompts": len(ps),
