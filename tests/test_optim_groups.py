@@ -112,3 +112,41 @@ def test_a_run_with_the_head_at_ten_times_resumes_exactly_and_records_the_scale(
     assert main(fast(target, out, *args, "resume=true")) == 0
     assert _train_losses(out) == _train_losses(ref)
     assert "markov_lr_scale" in (out / "final" / "README.md").read_text()
+
+
+def test_a_weight_decay_of_its_own_splits_the_head_off_at_scale_one():
+    model = tiny_model()
+    rest, markov = param_groups(model, model.markov_head, 1e-3, 1.0, markov_weight_decay=0.5)
+    assert markov["lr"] == rest["lr"] == 1e-3
+    assert markov["weight_decay"] == 0.5 and "weight_decay" not in rest  # rest: AdamW's own
+    assert {id(p) for p in markov["params"]} == {id(p) for p in model.markov_head.parameters()}
+
+
+def test_the_heads_decay_shrinks_only_the_head():
+    """With zero gradients, AdamW's step is the decoupled decay alone: p *= 1 - lr * wd, so the
+    head shrinks by lr * scale * its decay and the rest keeps optim.weight_decay (0 here)."""
+    model = tiny_model()
+    with torch.no_grad():
+        model.markov_head.markov_w2.weight.fill_(1.0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.AdamW(
+        param_groups(model, model.markov_head, 1e-3, 10.0, markov_weight_decay=0.5),
+        weight_decay=0.0,
+    )
+    head = {id(p) for p in model.markov_head.parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            factor = 1 - 1e-2 * 0.5 if id(p) in head else 1.0
+            torch.testing.assert_close(p.detach(), before[n] * factor, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("bad", ["-0.1", "nan"])
+def test_a_negative_head_decay_is_refused(bad):
+    with pytest.raises(BadConfig, match=r"optim\.markov_weight_decay"):
+        compose_config([f"optim.markov_weight_decay={bad}", "data.train=rows.jsonl"])
+    model = tiny_model()
+    with pytest.raises(ValueError, match="markov_weight_decay"):
+        param_groups(model, model.markov_head, 1e-3, 1.0, markov_weight_decay=float(bad))

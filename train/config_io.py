@@ -51,6 +51,9 @@ def compose_config(overrides: list[str], config_name: str = "distill") -> DictCo
         raise BadConfig(f"optim.decay_ratio={cfg.optim.decay_ratio}: must be in (0, 1]")
     if not cfg.optim.markov_lr_scale > 0:
         raise BadConfig(f"optim.markov_lr_scale={cfg.optim.markov_lr_scale}: must be > 0")
+    wd = OmegaConf.select(cfg, "optim.markov_weight_decay")
+    if wd is not None and not wd >= 0:
+        raise BadConfig(f"optim.markov_weight_decay={wd}: must be >= 0 (unset: optim.weight_decay)")
     if cfg.data.seq_len < cfg.draft.block_size + 2:
         raise BadConfig(f"data.seq_len={cfg.data.seq_len} is shorter than a block + anchor")
     return cfg

@@ -48,6 +48,7 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
         "steps": result.step,
         "lr": cfg.optim.lr,
         "markov_lr_scale": cfg.optim.markov_lr_scale,
+        "markov_weight_decay": cfg.optim.get("markov_weight_decay"),
         "micro_batch_size": cfg.trainer.micro_batch_size,
         "grad_accum": cfg.trainer.grad_accum,
         "seq_len": cfg.data.seq_len,

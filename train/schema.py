@@ -94,6 +94,8 @@ class OptimCfg:
     decay_ratio: float = 0.2  # wsd only: share of the horizon after warm-up spent decaying, (0, 1]
     # the Markov head's learning rate as a multiple of lr (train/optim_groups.py); > 0
     markov_lr_scale: float = 1.0
+    # the Markov head's own AdamW weight decay (train/optim_groups.py); None: weight_decay; >= 0
+    markov_weight_decay: float | None = None
 
 
 @dataclass

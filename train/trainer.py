@@ -104,8 +104,10 @@ class Trainer:
         self.teacher_head = target_head_weights(target)[1]
         objective = DistillObjective(draft, cfg.loss, tc.get("compile_loss", False))
         o = cfg.optim
-        # the scale is checked in config_io
-        params = param_groups(objective, draft.markov_head, o.lr, o.markov_lr_scale)
+        # the scale and the head's decay are checked in config_io
+        params = param_groups(
+            objective, draft.markov_head, o.lr, o.markov_lr_scale, o.get("markov_weight_decay")
+        )
         opt = torch.optim.AdamW(
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
