@@ -14,6 +14,10 @@
 # fixed before its run: distinct data limits the gain if, at 100 rows (12 passes in 300 steps),
 # 10x's held-out analytic tau over DFlash's falls below 1.15 at every seed given, against 1.31
 # with every row.
+# The head's own weight decay (optim.markov_weight_decay, OVERRIDES "data.max_rows=100
+# optim.markov_weight_decay=WD", scale 10): worth a SmolLM2 run if at 100 rows its 10x arm's
+# held-out analytic tau beats 10x without it (2.514, 2.536; docs/benchmarks/markov_lr_tiny_cpu/rows100)
+# by >= 3% at both seeds (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..."]
 #                          (default "0 1" and "1 10"; about 2 minutes a run on 2 CPU cores)
 set -euo pipefail; cd "$(dirname "$0")/.."
