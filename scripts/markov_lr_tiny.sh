@@ -18,6 +18,9 @@
 # optim.markov_weight_decay=WD", scale 10): worth a SmolLM2 run if at 100 rows its 10x arm's
 # held-out analytic tau beats 10x without it (2.514, 2.536; docs/benchmarks/markov_lr_tiny_cpu/rows100)
 # by >= 3% at both seeds (criterion fixed before its run).
+# The head's rows from the target embedding (init_markov_from_embedding=true, train/markov_init.py),
+# scale 10: worth a SmolLM2 run if its held-out analytic tau beats 10x from noise by >= 3% at both
+# seeds, at 100 rows (2.514, 2.536) or with every row (2.964, 2.918) (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..."]
 #                          (default "0 1" and "1 10"; about 2 minutes a run on 2 CPU cores)
 set -euo pipefail; cd "$(dirname "$0")/.."

@@ -23,6 +23,7 @@ from train.compile_cache import load_compile_cache, save_compile_cache
 from train.config_io import BadConfig, compose_config
 from train.export import export_final
 from train.layer_init import copy_target_layers
+from train.markov_init import markov_rows_from_embedding
 from train.objective import init_draft_weights
 from train.setup import (
     REGENERATED_NAME,
@@ -110,6 +111,17 @@ def run(cfg) -> dict:
             f"[distill] draft layers from target layers {layer_init['target_layers']}: "
             f"copied {', '.join(layer_init['copied'])}; fresh: "
             f"{', '.join(layer_init['kept_fresh']) or 'none'}"
+        )
+    if cfg.get("init_markov_from_embedding"):
+        if cfg.init_from or draft.markov_head is None:
+            raise SetupError(
+                "init_markov_from_embedding needs a Markov head (draft.markov_rank > 0) and no "
+                "init_from (which replaces every draft weight)"
+            )
+        share = markov_rows_from_embedding(draft, embed.float())
+        acc.print(
+            f"[distill] Markov head rows from the target embedding's principal directions "
+            f"({share:.1%} of its variance)"
         )
     init_from = None
     if cfg.init_from:

@@ -49,6 +49,7 @@ def export_final(cfg, draft: DSparkDraftModel, output_dir: Path, provenance: dic
         "lr": cfg.optim.lr,
         "markov_lr_scale": cfg.optim.markov_lr_scale,
         "markov_weight_decay": cfg.optim.get("markov_weight_decay"),
+        "init_markov_from_embedding": bool(cfg.get("init_markov_from_embedding")),
         "micro_batch_size": cfg.trainer.micro_batch_size,
         "grad_accum": cfg.trainer.grad_accum,
         "seq_len": cfg.data.seq_len,

@@ -179,6 +179,9 @@ class DistillCfg:
     # target layer ids the draft's decoder layers start from, one per draft layer (negative: from
     # the end); null: fresh weights (train/layer_init.py)
     init_layers_from_target: list[int] | None = None
+    # the Markov head's previous-token rows from the target embedding's principal directions
+    # instead of noise (train/markov_init.py)
+    init_markov_from_embedding: bool = False
     print_config: bool = False
     target: TargetCfg = field(default_factory=TargetCfg)
     draft: DraftCfg = field(default_factory=DraftCfg)
