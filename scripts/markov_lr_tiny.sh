@@ -21,11 +21,14 @@
 # The head's rows from the target embedding (init_markov_from_embedding=true, train/markov_init.py),
 # scale 10: worth a SmolLM2 run if its held-out analytic tau beats 10x from noise by >= 3% at both
 # seeds, at 100 rows (2.514, 2.536) or with every row (2.964, 2.918) (criterion fixed before its run).
-#   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..."]
+#   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..." ["DSPARK_OVERRIDES..."]]
+# (DSPARK_OVERRIDES: the DSpark arms' alone, e.g. init_markov_from_embedding=true, which a
+# DFlash draft, having no head, refuses)
 #                          (default "0 1" and "1 10"; about 2 minutes a run on 2 CPU cores)
 set -euo pipefail; cd "$(dirname "$0")/.."
 OUT=${1:?usage: markov_lr_tiny.sh OUT_DIR [\"SEED...\" [\"SCALE...\"]]}; mkdir -p "$OUT"
 read -r -a SEEDS <<<"${2:-0 1}"; read -r -a SCALES <<<"${3:-1 10}"; read -r -a EXTRA <<<"${4:-}"
+read -r -a DSPARK_EXTRA <<<"${5:-}"
 COMMON=(overwrite=true trainer.progress=false trainer.max_steps=300 trainer.eval_every=150
         ${EXTRA[@]+"${EXTRA[@]}"})
 for seed in "${SEEDS[@]}"; do
@@ -33,7 +36,7 @@ for seed in "${SEEDS[@]}"; do
     experiment_name=dflash output_dir="$OUT/dflash_s$seed" >"$OUT/dflash_s$seed.log" 2>&1
   for scale in "${SCALES[@]}"; do
     python -m train.distill +experiment=tiny "${COMMON[@]}" seed="$seed" \
-      optim.markov_lr_scale="$scale" experiment_name="markov_x$scale" \
+      optim.markov_lr_scale="$scale" experiment_name="markov_x$scale" ${DSPARK_EXTRA[@]+"${DSPARK_EXTRA[@]}"} \
       output_dir="$OUT/markov_x${scale}_s$seed" >"$OUT/markov_x${scale}_s$seed.log" 2>&1
   done
 done
