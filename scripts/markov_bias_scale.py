@@ -30,10 +30,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.target import TargetCapture  # noqa: E402
 from scripts.eval_acceptance import add_runtime_args, parse_runtime_args, read_jsonl  # noqa: E402
-from scripts.teacher_forced_acceptance import conditional_acceptance  # noqa: E402
-from scripts.teacher_forced_acceptance import leading_matches as leading_hits  # noqa: E402
+from scripts.teacher_forced_acceptance import (  # noqa: E402
+    conditional_acceptance,
+    leading_matches,
+    teacher_forced_pass,
+)
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
@@ -59,22 +61,17 @@ def base_and_bias(engine: Engine, prompt: list[int], answer: list[int]):
     ids = torch.tensor([prompt + answer], device=engine.device)
     lp, t = len(prompt), ids.shape[1]
     anchors = torch.arange(lp, t - nd, device=ids.device).unsqueeze(0)
-    cap = TargetCapture(engine.target_model, draft.config.target_layer_ids)
-    try:
-        out = cap(ids)
-    finally:
-        cap.close()
-    fo = draft.forward_train(out.aux, ids, anchors, torch.ones_like(anchors, dtype=torch.bool))
+    fo, _ = teacher_forced_pass(engine, ids, anchors)
     h, u = fo.hidden[0], fo.markov_input[0].to(fo.hidden.dtype)
     base = h @ draft.lm_head.weight.T.to(h.dtype)
     bias = u @ draft.markov_head.markov_w2.weight.T.to(h.dtype)
     return base, bias, ids[0, fo.label_pos[0]]
 
 
-def leading_matches(engine: Engine, base, bias, labels, scale: float) -> torch.Tensor:
+def scaled_matches(engine: Engine, base, bias, labels, scale: float) -> torch.Tensor:
     """[A] drafts a T=0 round at each anchor accepts with the bias scaled by `scale`."""
     guess = engine.draft_model.map_draft_to_target((base + scale * bias).argmax(-1))
-    return leading_hits(guess == labels)
+    return leading_matches(guess == labels)
 
 
 def main(argv=None) -> int:
@@ -119,7 +116,7 @@ def main(argv=None) -> int:
             used += 1
             base, bias, labels = base_and_bias(engine, *pa)
             for s in a.scales:
-                counts[s].append(leading_matches(engine, base, bias, labels, s))
+                counts[s].append(scaled_matches(engine, base, bias, labels, s))
         res = {"split": split, "rows": used, "scales": {}}
         for s in a.scales:
             c = torch.cat(counts[s]).float()

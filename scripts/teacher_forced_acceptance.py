@@ -50,12 +50,11 @@ def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def draft_guesses(engine: Engine, ids: torch.Tensor, anchors: torch.Tensor):
-    """(guess [A, Nd] target ids, fo, capture): the draft's greedy token in every slot of a block
-    anchored at each of `anchors` ([1, A] positions in `ids` [1, T]), teacher-forced on the
-    training path (`TargetCapture`, `forward_train`, `block_logits`, the Markov head fed the true
-    previous tokens); fo is `forward_train`'s output (label_pos, in_range), capture the target's
-    (aux, final hidden states)."""
+def teacher_forced_pass(engine: Engine, ids: torch.Tensor, anchors: torch.Tensor):
+    """(fo, capture): one training-path pass over `ids` [1, T] for blocks anchored at each of
+    `anchors` [1, A] (`TargetCapture`, then `forward_train`, the Markov head fed the true previous
+    tokens); fo is `forward_train`'s output (hidden, markov_input, label_pos, in_range), capture
+    the target's (aux, final hidden states)."""
     draft = engine.draft_model
     cap = TargetCapture(engine.target_model, draft.config.target_layer_ids)
     try:
@@ -63,6 +62,16 @@ def draft_guesses(engine: Engine, ids: torch.Tensor, anchors: torch.Tensor):
     finally:
         cap.close()
     fo = draft.forward_train(out.aux, ids, anchors, torch.ones_like(anchors, dtype=torch.bool))
+    return fo, out
+
+
+@torch.no_grad()
+def draft_guesses(engine: Engine, ids: torch.Tensor, anchors: torch.Tensor):
+    """(guess [A, Nd] target ids, fo, capture): the draft's greedy token in every slot of a block
+    anchored at each of `anchors` ([1, A] positions in `ids` [1, T]), from `teacher_forced_pass`
+    and `block_logits`."""
+    draft = engine.draft_model
+    fo, out = teacher_forced_pass(engine, ids, anchors)
     guess = draft.map_draft_to_target(draft.block_logits(fo.hidden, fo.markov_input).argmax(-1))
     return guess[0], fo, out
 

@@ -193,8 +193,7 @@ def test_markov_bias_scale_splits_the_fused_logits_exactly(trained, tmp_path):
     from safetensors.torch import load_file, save_file
 
     from scripts.eval_acceptance import evaluate
-    from scripts.markov_bias_scale import answer_ids, base_and_bias
-    from scripts.markov_bias_scale import leading_matches as scaled_matches
+    from scripts.markov_bias_scale import answer_ids, base_and_bias, scaled_matches
     from scripts.markov_bias_scale import main as bias_scale
     from scripts.teacher_forced_acceptance import accepted_counts
     from serve.engine import Engine

@@ -15,6 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from train.optim_groups import check_markov_options
 from train.schema import CHOICES, DistillCfg
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -49,11 +50,10 @@ def compose_config(overrides: list[str], config_name: str = "distill") -> DictCo
             raise BadConfig(f"{key} must be >= 0 (0: off)")
     if not 0 < cfg.optim.decay_ratio <= 1:
         raise BadConfig(f"optim.decay_ratio={cfg.optim.decay_ratio}: must be in (0, 1]")
-    if not cfg.optim.markov_lr_scale > 0:
-        raise BadConfig(f"optim.markov_lr_scale={cfg.optim.markov_lr_scale}: must be > 0")
-    wd = OmegaConf.select(cfg, "optim.markov_weight_decay")
-    if wd is not None and not wd >= 0:
-        raise BadConfig(f"optim.markov_weight_decay={wd}: must be >= 0 (unset: optim.weight_decay)")
+    try:
+        check_markov_options(cfg.optim.markov_lr_scale, cfg.optim.markov_weight_decay)
+    except ValueError as e:
+        raise BadConfig(str(e)) from None
     if cfg.data.seq_len < cfg.draft.block_size + 2:
         raise BadConfig(f"data.seq_len={cfg.data.seq_len} is shorter than a block + anchor")
     return cfg

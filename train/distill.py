@@ -112,7 +112,7 @@ def run(cfg) -> dict:
             f"copied {', '.join(layer_init['copied'])}; fresh: "
             f"{', '.join(layer_init['kept_fresh']) or 'none'}"
         )
-    if cfg.get("init_markov_from_embedding"):
+    if cfg.init_markov_from_embedding:
         if cfg.init_from or draft.markov_head is None:
             raise SetupError(
                 "init_markov_from_embedding needs a Markov head (draft.markov_rank > 0) and no "

@@ -20,6 +20,17 @@ from __future__ import annotations
 from torch import nn
 
 
+def check_markov_options(markov_lr_scale: float, markov_weight_decay: float | None) -> None:
+    """ValueError unless the head's scale is > 0 and its own decay, if set, >= 0."""
+    if not markov_lr_scale > 0:
+        raise ValueError(f"optim.markov_lr_scale={markov_lr_scale}: must be > 0")
+    if markov_weight_decay is not None and not markov_weight_decay >= 0:
+        raise ValueError(
+            f"optim.markov_weight_decay={markov_weight_decay}: must be >= 0 "
+            "(unset: optim.weight_decay)"
+        )
+
+
 def param_groups(
     module: nn.Module,
     markov_head: nn.Module | None,
@@ -31,10 +42,7 @@ def param_groups(
     or, where the Markov head (a submodule of `module`, told apart by identity, so wrappers such
     as torch.compile's do not matter) has a scale other than 1 or a weight decay of its own, the
     rest at `lr` and the head at `lr * markov_lr_scale` with `markov_weight_decay` if given."""
-    if not markov_lr_scale > 0:
-        raise ValueError(f"optim.markov_lr_scale={markov_lr_scale}: must be > 0")
-    if markov_weight_decay is not None and not markov_weight_decay >= 0:
-        raise ValueError(f"optim.markov_weight_decay={markov_weight_decay}: must be >= 0")
+    check_markov_options(markov_lr_scale, markov_weight_decay)
     trainable = [p for p in module.parameters() if p.requires_grad]
     head = {id(p) for p in markov_head.parameters()} if markov_head is not None else set()
     markov = [p for p in trainable if id(p) in head]

@@ -106,7 +106,7 @@ class Trainer:
         o = cfg.optim
         # the scale and the head's decay are checked in config_io
         params = param_groups(
-            objective, draft.markov_head, o.lr, o.markov_lr_scale, o.get("markov_weight_decay")
+            objective, draft.markov_head, o.lr, o.markov_lr_scale, o.markov_weight_decay
         )
         opt = torch.optim.AdamW(
             params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
