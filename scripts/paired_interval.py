@@ -5,13 +5,20 @@
     paired_interval(pairs, stat)   # pairs: [(a_i, b_i)], stat: list of pairs -> float
     tau_ratio_interval(rows, base_rows)   # two drafts' eval_acceptance.py rows, prompt by prompt
 
+    python scripts/paired_interval.py EVAL.json DRAFT BASE   # DRAFT's tau over BASE's, a table:
+        # each temperature and domain, then pooled over the domains (eval_acceptance.py --json;
+        # its own table divides by the first draft it ran)
+
 Seeded, so a rerun of a table prints the same interval. It covers the spread between items
 within one run of each, not what moves a whole run (another machine, another session).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
+import sys
 from collections.abc import Callable, Sequence
 
 
@@ -57,3 +64,48 @@ def tau_ratio_interval(rows: list[dict], base_rows: list[dict]) -> dict | None:
     return paired_interval(
         pairs, lambda ps: tau_of_prompts([a for a, _ in ps]) / tau_of_prompts([b for _, b in ps])
     )
+
+
+def shown(ci: dict) -> str:
+    return f"{ci['value']:.3f} | {ci['low']:.3f} | {ci['high']:.3f}"
+
+
+def ratio_table(rows: list[dict], draft: str, base: str) -> list[str]:
+    """Markdown lines: `draft`'s tau over `base`'s with its interval, for each temperature and
+    domain both were evaluated on, then pooled over the domains of each temperature."""
+    ours = [r for r in rows if r["draft"] == draft]
+    theirs = [r for r in rows if r["draft"] == base]
+    if not ours or not theirs:
+        raise SystemExit(f"no rows of draft {draft if not ours else base!r}")
+    head = f"| T | domain | {draft} tau | {base} tau | {draft} / {base} |"
+    lines = [head + " 95% low | 95% high (paired prompts) |", "|---|---|---|---|---|---|---|"]
+    by_key = {(r["temperature"], r["domain"]): r for r in theirs}
+    for t in sorted({r["temperature"] for r in ours}):
+        here = [r for r in ours if r["temperature"] == t and (t, r["domain"]) in by_key]
+        for r in sorted(here, key=lambda r: r["domain"]):
+            b = by_key[(t, r["domain"])]
+            ci = tau_ratio_interval([r], [b])
+            lines.append(
+                f"| {t:g} | {r['domain']} | {r['mean_acceptance_length']:.3f} | "
+                f"{b['mean_acceptance_length']:.3f} | {shown(ci)} |"
+            )
+        if len(here) > 1:
+            ci = tau_ratio_interval(here, [by_key[(t, r["domain"])] for r in here])
+            lines.append(f"| {t:g} | pooled | - | - | {shown(ci)} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("eval_json", help="scripts/eval_acceptance.py --json output, with per_prompt")
+    ap.add_argument("draft")
+    ap.add_argument("base")
+    a = ap.parse_args(argv)
+    with open(a.eval_json) as f:
+        rows = json.load(f)
+    print("\n".join(ratio_table(rows, a.draft, a.base)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

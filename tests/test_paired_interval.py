@@ -1,8 +1,16 @@
 """scripts/paired_interval.py: the paired bootstrap and the tau ratio of two drafts' evaluations."""
 
+import json
+
 import pytest
 
-from scripts.paired_interval import paired_interval, tau_of_prompts, tau_ratio_interval
+from scripts.paired_interval import (
+    main,
+    paired_interval,
+    ratio_table,
+    tau_of_prompts,
+    tau_ratio_interval,
+)
 
 
 def rows(draft, per_prompt_by_domain, t=0.0):
@@ -49,3 +57,24 @@ def test_the_interval_narrows_with_more_pairs_and_is_reproducible():
     assert narrow["high"] - narrow["low"] < wide["high"] - wide["low"]
     assert paired_interval(pairs, ratio) == narrow
     assert paired_interval([], ratio) is None
+
+
+def test_ratio_table_divides_by_the_named_base_per_domain_and_pooled(tmp_path, capsys):
+    a = {"sharegpt": [[10, 10], [10, 0]], "humaneval": [[4, 4]]}
+    b = {"sharegpt": [[10, 5], [10, 0]], "humaneval": [[4, 2]]}
+    evals = rows("dflash", b) + rows("dspark", a)  # the base first, as eval_acceptance ran it
+    for r in evals:
+        r["mean_acceptance_length"] = tau_of_prompts(r["per_prompt"])
+    lines = ratio_table(evals, "dspark", "dflash")
+    by_domain = {line.split(" | ")[1]: line.split(" | ") for line in lines[2:]}
+    assert set(by_domain) == {"humaneval", "sharegpt", "pooled"}
+    # naive: DSpark's pooled tau over DFlash's, not the other way round
+    assert float(by_domain["sharegpt"][4]) == pytest.approx((1 + 10 / 20) / (1 + 5 / 20), abs=5e-4)
+    assert float(by_domain["humaneval"][4]) == pytest.approx(2.0 / 1.5, abs=5e-4)
+    assert float(by_domain["pooled"][4]) == pytest.approx((1 + 14 / 24) / (1 + 7 / 24), abs=5e-4)
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps(evals))
+    assert main([str(path), "dflash", "dspark"]) == 0
+    assert "| 0 | pooled | - | - | 0.816 | " in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="eagle"):
+        ratio_table(evals, "dspark", "eagle")
