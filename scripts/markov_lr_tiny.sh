@@ -21,8 +21,8 @@
 # The head's rows from the target embedding (init_markov_from_embedding=true, train/markov_init.py),
 # scale 10: worth a SmolLM2 run if its held-out analytic tau beats 10x from noise by >= 3% at both
 # seeds, at 100 rows (2.514, 2.536) or with every row (2.964, 2.918) (criterion fixed before its run).
-# More steps on every row (OVERRIDES "trainer.max_steps=2000", scale 10: about 4.4 passes over the
-# rows where 300 steps read 0.67, as SmolLM2's 2,000-step plan reads its 34,060 rows 4.6 times):
+# More steps on every row (OVERRIDES "trainer.max_steps=2000", scale 10: about 3.4 passes over the
+# rows where 300 steps read 0.51, near SmolLM2's 2,000-step plan, 4.6 passes over 34,060 rows):
 # repetition takes the head's gain back if 10x's held-out analytic tau over DFlash's at 2,000
 # steps falls below its 300-step ratio (1.307, 1.312) at both seeds (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..." ["DSPARK_OVERRIDES..."]]
