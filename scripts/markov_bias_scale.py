@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.eval_acceptance import add_runtime_args, parse_runtime_args, read_jsonl  # noqa: E402
 from scripts.teacher_forced_acceptance import (  # noqa: E402
     conditional_acceptance,
+    greedy_engine,
     leading_matches,
     teacher_forced_pass,
 )
 from serve.engine import Engine  # noqa: E402
-from serve.engine.options import EngineOptions  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
 
 
@@ -86,16 +86,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-answer-tokens", type=int, default=512)
     add_runtime_args(ap)
     a = parse_runtime_args(ap, argv)
-    engine = Engine.from_options(
-        EngineOptions(
-            target=a.target,
-            checkpoint=a.checkpoint,
-            device=a.device,
-            dtype=a.dtype,
-            draft_sampling="greedy",
-            max_model_len=a.max_prompt_tokens + a.max_answer_tokens,
-        )
-    )
+    engine = greedy_engine(a, a.max_answer_tokens)
     if engine.draft_model.markov_head is None:
         raise SystemExit(f"{a.checkpoint}: no Markov head (a DFlash draft); nothing to scale")
     nd = engine.num_spec

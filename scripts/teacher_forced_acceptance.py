@@ -141,19 +141,25 @@ def add_teacher_args(ap: argparse.ArgumentParser, num_prompts: int) -> None:
     add_runtime_args(ap)
 
 
-def greedy_engine_and_prompts(a) -> tuple[Engine, dict[str, list[list[int]]]]:
-    """The engine with greedy drafting for `a`'s target and draft, and `a`'s prompts per domain."""
-    engine = Engine.from_options(
+def greedy_engine(a, max_new_tokens: int, max_num_seqs: int = 8) -> Engine:
+    """The engine with greedy drafting for `a`'s target, draft, device and dtype, with room for
+    prompts of `a.max_prompt_tokens` and `max_new_tokens` more."""
+    return Engine.from_options(
         EngineOptions(
             target=a.target,
             checkpoint=a.checkpoint,
             device=a.device,
             dtype=a.dtype,
             draft_sampling="greedy",
-            max_num_seqs=a.batch,
-            max_model_len=a.max_prompt_tokens + a.max_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=a.max_prompt_tokens + max_new_tokens,
         )
     )
+
+
+def greedy_engine_and_prompts(a) -> tuple[Engine, dict[str, list[list[int]]]]:
+    """The engine with greedy drafting for `a`'s target and draft, and `a`'s prompts per domain."""
+    engine = greedy_engine(a, a.max_tokens, a.batch)
     prompts = heldout_prompts(
         a.target,
         engine.tokenizer,
