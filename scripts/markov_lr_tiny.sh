@@ -25,6 +25,12 @@
 # rows where 300 steps read 0.51, near SmolLM2's 2,000-step plan, 4.6 passes over 34,060 rows):
 # repetition takes the head's gain back if 10x's held-out analytic tau over DFlash's at 2,000
 # steps falls below its 300-step ratio (1.307, 1.312) at both seeds (criterion fixed before its run).
+# A longer block (OVERRIDES "draft.block_size=15", scale 10; the paper's is 7): on SmolLM2 at 2,000
+# steps the realized T=0 rounds run to block 7's cap 1 in 10 times for DSpark and 1 in 15 for
+# DFlash, where DSpark's conditional acceptance is highest (0.81 against 0.70 at the last slot), so
+# the cap cuts off more of DSpark's lead. Worth a SmolLM2 pair at block 15 if 10x's held-out analytic
+# tau over DFlash's at block 15 beats its block-7 ratio (1.307, 1.312) by >= 5% at both seeds
+# (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..." ["DSPARK_OVERRIDES..."]]
 # (DSPARK_OVERRIDES: the DSpark arms' alone, e.g. init_markov_from_embedding=true, which a
 # DFlash draft, having no head, refuses)
