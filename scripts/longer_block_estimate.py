@@ -52,12 +52,9 @@ def table(rows: list[dict], draft: str, base: str, block: int) -> list[str]:
     ]
     for t, d in keys:
         ours, theirs = (estimate(by_key[(n, t, d)], block) for n in (draft, base))
+        now, longer = ours["tau"] / theirs["tau"], ours["tau_longer"] / theirs["tau_longer"]
         for name, e in ((draft, ours), (base, theirs)):
-            ratios = (
-                f"{ours['tau'] / theirs['tau']:.3f} | {ours['tau_longer'] / theirs['tau_longer']:.3f}"
-                if name == draft
-                else "- | -"
-            )
+            ratios = f"{now:.3f} | {longer:.3f}" if name == draft else "- | -"
             lines.append(
                 f"| {t:g} | {d} | {name} | {e['tau']:.3f} | {e['full_rounds']:.3f} | "
                 f"{e['last_slot_conditional']:.3f} | {e['tau_longer']:.3f} | {ratios} |"

@@ -1,4 +1,4 @@
-"""scripts/longer_block_estimate.py: rounds stopped at the cap, let go on at the last slot's rate."""
+"""scripts/longer_block_estimate.py: rounds stopped at the cap go on at the last slot's rate."""
 
 import json
 import random
