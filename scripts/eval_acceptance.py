@@ -115,6 +115,13 @@ def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed:
     return {**added.report(), "per_prompt": per_prompt, "outputs": [ids for ids, _ in results]}
 
 
+def shown_conditional(row: dict) -> str:
+    """Per-position conditional acceptance, "-" where no round reached the position (a 0.00
+    there would read as every draft rejected)."""
+    pairs = zip(row["conditional_acceptance"], row["reached_per_pos"], strict=True)
+    return " ".join(f"{c:.2f}" if n else "-" for c, n in pairs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="artifacts/tiny-target")
@@ -158,7 +165,7 @@ def main(argv=None) -> int:
                 )
                 print(
                     f"{name:>8} T={t:<4} {dom:>6} tau={r['mean_acceptance_length']:.3f} "
-                    f"cond=" + " ".join(f"{x:.2f}" for x in r["conditional_acceptance"]),
+                    "cond=" + shown_conditional(r),
                     flush=True,
                 )
     first = [r for r in rows if r["draft"] == rows[0]["draft"]]
