@@ -132,6 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=768)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--batch", type=int, default=8, help="engine max_num_seqs")
+    ap.add_argument(
+        "--num-spec", type=int, default=None, help="drafts a round (default: the draft's block)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     add_runtime_args(ap)
     a = parse_runtime_args(ap, argv)
@@ -148,6 +151,7 @@ def main(argv=None) -> int:
                 draft_sampling="probabilistic",
                 max_num_seqs=a.batch,
                 max_model_len=a.max_prompt_tokens + a.max_tokens,
+                num_speculative_tokens=a.num_spec,
                 seed=a.seed,
             )
         )
