@@ -252,3 +252,26 @@ def test_markov_bias_scale_splits_the_fused_logits_exactly(trained, tmp_path):
     for s in (0.0, 1.0):
         want = 1 + float(torch.cat(expect[s]).float().mean())
         assert res["scales"][str(s)]["tau"] == pytest.approx(want, abs=1e-9)
+
+
+def test_eval_acceptance_drafts_fewer_a_round_with_num_spec(trained, tmp_path):
+    """--num-spec 2 on a block-4 draft: rows of two slots, each round drafting two; more than
+    the block is refused by the engine."""
+    from scripts.eval_acceptance import main as eval_acceptance
+    from serve.engine.options import OptionsError
+
+    target, ckpt, held = trained
+    args = ["--target", str(target), "--draft", f"d={ckpt}", "--prompts", f"w={held}"]
+    args += ["--temperatures", "0", "--num-prompts", "12", "--max-tokens", "12", "--threads", "1"]
+    rows = {}
+    for n in (2, None):
+        out = tmp_path / f"n{n}.json"
+        extra = ["--num-spec", str(n)] if n else []
+        assert eval_acceptance([*args, *extra, "--device", "cpu", "--json", str(out)]) == 0
+        (rows[n],) = json.loads(out.read_text())
+    assert len(rows[2]["accepted_per_pos"]) == 2 and len(rows[None]["accepted_per_pos"]) == 4
+    assert rows[2]["draft_tokens"] == 2 * rows[2]["drafts"]
+    # The same greedy answers in rounds of at most 3 tokens: never fewer rounds than with 5.
+    assert rows[2]["drafts"] >= rows[None]["drafts"] and rows[2]["mean_acceptance_length"] <= 3
+    with pytest.raises(OptionsError, match="exceeds"):
+        eval_acceptance([*args, "--num-spec", "5", "--device", "cpu"])
