@@ -29,12 +29,12 @@ def extra_after_cap(cond: float, extra_slots: int) -> float:
 
 
 def estimate(row: dict, block: int) -> dict:
-    accepted = row["accepted_per_pos"]
-    cap = len(accepted)
+    """`row`'s tau, the share of its rounds at the cap, its last slot's conditional acceptance
+    (the engine's report, serve/engine/stats.py) and its tau with the block made `block` long."""
+    cap = len(row["accepted_per_pos"])
     if block < cap:
         raise SystemExit(f"--block {block} is shorter than the evaluated block ({cap})")
-    full = accepted[-1] / row["drafts"]
-    cond = accepted[-1] / accepted[-2] if cap > 1 and accepted[-2] else 0.0
+    full, cond = row["per_position_rate"][-1], row["conditional_acceptance"][-1]
     tau = row["mean_acceptance_length"]
     return {
         "tau": tau,

@@ -6,20 +6,15 @@ import random
 import pytest
 
 from scripts.longer_block_estimate import estimate, extra_after_cap, main, table
+from serve.engine.stats import SpecDecodeStats
 
 
 def row_from_rounds(draft, accepted_counts, cap, t=0.0, domain="sharegpt"):
-    """An eval_acceptance.py row from each round's number of accepted drafts (0..cap)."""
-    n = len(accepted_counts)
-    reached_k = [sum(1 for a in accepted_counts if a > k) for k in range(cap)]
-    return {
-        "draft": draft,
-        "temperature": t,
-        "domain": domain,
-        "drafts": n,
-        "accepted_per_pos": reached_k,
-        "mean_acceptance_length": 1 + sum(accepted_counts) / n,
-    }
+    """An eval_acceptance.py row, the engine's report, from each round's accepted drafts."""
+    stats = SpecDecodeStats(num_speculative_tokens=cap)
+    for a in accepted_counts:
+        stats.add(1, cap, a, [1] * a + [0] * (cap - a))
+    return {"draft": draft, "temperature": t, "domain": domain, **stats.report()}
 
 
 def test_extra_after_cap_is_the_mean_of_a_truncated_geometric():
@@ -51,6 +46,11 @@ def test_a_draft_that_follows_the_rate_is_estimated_near_its_longer_run():
 def test_at_the_evaluated_block_nothing_changes_and_a_shorter_one_is_refused():
     r = row_from_rounds("d", [0, 3, 7, 7, 2], cap=7)
     assert estimate(r, 7)["tau_longer"] == pytest.approx(r["mean_acceptance_length"])
+    assert r["mean_acceptance_length"] == pytest.approx(1 + 19 / 5)  # the rows are the engine's
+    # One draft a round: the last slot is the first, accepted in 3 rounds of 4.
+    one = estimate(row_from_rounds("d", [1, 1, 0, 1], cap=1), 3)
+    assert one["last_slot_conditional"] == pytest.approx(0.75)
+    assert one["tau_longer"] == pytest.approx(1.75 + 0.75 * (0.75 + 0.75**2))
     with pytest.raises(SystemExit, match="shorter"):
         estimate(r, 5)
 
