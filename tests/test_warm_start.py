@@ -88,6 +88,30 @@ def test_a_run_from_an_export_starts_at_its_acceptance_and_keeps_its_vocab_map(
     assert prov["init_from"]["path"] == f"{first}/final"
 
 
+def test_one_step_at_learning_rate_zero_evaluates_the_draft_as_it_is(target, first, tmp_path):
+    # scripts/train_vs_heldout_tau.sh evaluates a trained draft on any rows this way (the trainer
+    # has no evaluation-only mode): the step must change no weight, so both evaluations agree
+    # and the export is the draft it started from.
+    out = tmp_path / "evaluated"
+    other = f"data.heldout={target}/data/train.jsonl"
+    args = fast(target, out, VOCAB, other, f"init_from={first}/final")
+    assert main([*args, "trainer.max_steps=1", "optim.lr=0", "optim.markov_lr_scale=10"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval"]["ce"] == summary["eval_untrained"]["ce"]
+    assert summary["eval"]["analytic_tau"] == summary["eval_untrained"]["analytic_tau"]
+    before = load_file(str(first / "final" / "model.safetensors"))
+    after = load_file(str(out / "final" / "model.safetensors"))
+    assert before.keys() == after.keys()
+    for name, t in before.items():
+        assert torch.equal(after[name], t), name
+    # and a step at a rate that is not zero does move it (the check above can fail)
+    moved = tmp_path / "moved"
+    args = fast(target, moved, VOCAB, other, f"init_from={first}/final")
+    assert main([*args, "trainer.max_steps=1", "optim.lr=3e-3", "optim.warmup_ratio=0"]) == 0
+    stepped = load_file(str(moved / "final" / "model.safetensors"))
+    assert any(not torch.equal(stepped[n], t) for n, t in before.items())
+
+
 def test_rows_in_finds_each_id_of_the_new_map_in_the_old():
     old, new = torch.tensor([2, 5, 7]), torch.tensor([5, 6, 7, 9])
     assert rows_in(old, new).tolist() == [1, -1, 2, -1]
