@@ -10,16 +10,15 @@
 #   bash scripts/init_from_warmup.sh DRAFT TARGET TRAIN.jsonl HELDOUT.jsonl OUT
 set -euo pipefail; cd "$(dirname "$0")/.."
 DRAFT=${1:?DRAFT} TARGET=${2:?TARGET} TRAIN=${3:?TRAIN} HELDOUT=${4:?HELDOUT} OUT=${5:?OUT}
+source scripts/cpu_overrides.sh
 mkdir -p "$OUT"; T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 head -50 "$TRAIN" >"$T/train50.jsonl"; head -16 "$HELDOUT" >"$T/heldout16.jsonl"
 run() {  # NAME OVERRIDE...
   local name=$1; shift
-  python3 -m train.distill +experiment=smollm2_dspark_16k_continued trainer=cpu \
+  python3 -m train.distill +experiment=smollm2_dspark_16k_continued "${CPU_OVERRIDES[@]}" \
     init_from="$DRAFT" target.path="$TARGET" data.train="$T/train50.jsonl" \
     data.heldout="$T/heldout16.jsonl" data.num_proc=1 trainer.max_steps=3 trainer.micro_batch_size=1 \
     trainer.num_anchors=64 trainer.eval_every=3 trainer.eval_batches=1 trainer.save_every=0 \
-    trainer.draft_attention=sdpa trainer.target_attention=sdpa trainer.compile_draft=false \
-    trainer.compile_target=false trainer.compile_loss=false \
     trainer.progress=false output_dir="$OUT/$name" overwrite=true "$@" >"$OUT/$name.log" 2>&1
   cp "$OUT/$name/summary.json" "$OUT/$name.summary.json"; rm -rf "$OUT/$name"  # 625 MB of weights
 }

@@ -22,15 +22,14 @@ random.Random(0).shuffle(rows)
 open(sys.argv[3], "w").writelines(rows[: int(sys.argv[2])])
 PY
 cp "$HELDOUT" "$ROWS_DIR/heldout.jsonl"
-CPU="trainer=cpu trainer.draft_attention=sdpa trainer.target_attention=sdpa trainer.compile_draft=false
-  trainer.compile_target=false trainer.compile_loss=false trainer.micro_batch_size=2
-  trainer.eval_batches=$BATCHES trainer.max_steps=1 optim.lr=0 data.num_proc=1 trainer.progress=false"
+source scripts/cpu_overrides.sh
+EVAL_ONLY=(trainer.micro_batch_size=2 trainer.eval_batches="$BATCHES" trainer.max_steps=1 optim.lr=0
+  data.num_proc=1 trainer.progress=false)
 for spec in "$@"; do
   name=${spec%%=*} rest=${spec#*=}; exp=${rest%%:*} draft=${rest#*:}
   for set in train heldout; do
     run="$OUT/${name}_$set"
-    # shellcheck disable=SC2086
-    python3 -m train.distill +experiment="$exp" $CPU init_from="$draft" \
+    python3 -m train.distill +experiment="$exp" "${CPU_OVERRIDES[@]}" "${EVAL_ONLY[@]}" init_from="$draft" \
       data.train="$ROWS_DIR/train.jsonl" data.heldout="$ROWS_DIR/$set.jsonl" \
       output_dir="$run" overwrite=true >"$run.log" 2>&1 || { tail -5 "$run.log" >&2; exit 1; }
     cp "$run/summary.json" "$run.summary.json"
