@@ -4,7 +4,7 @@ scaled by each of a list of factors (0 is the draft's backbone alone, 1 the draf
 
     python scripts/markov_bias_scale.py --target artifacts/smollm2-135m-instruct \
         --checkpoint DRAFT --rows answers.greedy.jsonl --splits heldout train --num-rows 48 \
-        --scales 0 0.5 0.75 1 1.25
+        --scales 0 0.5 0.75 1 1.25 [--ranks 64 128 192]
 
 Each row is a chat whose last assistant turn is the target's greedy answer (smollm2_regenerate.sh
 output, whose `split` field names train or heldout). One target pass captures the hidden states;
@@ -17,6 +17,13 @@ the engine). Anchors whose block runs past the answer's end are left out.
 A head that learned what generalizes helps held-out rows about as much as training rows; a head
 that memorized training transitions helps training rows far more, and a scale below 1 may then
 serve held-out rows better than the head as trained.
+
+`--ranks K...` adds a column a K: the head cut to its K strongest directions. Its bias is a
+bigram table of rank r, B = W1 W2^T (a row per previous token); the cut keeps the best rank-K
+approximation of B with each row weighted by how often its token precedes a draft slot in the
+file's train answers (`--weight-rows` of them, counts + 1), so the directions the text uses
+most are kept. If cutting to K < r costs little, the head does not use its rank; if it costs
+much, a wider head has room to gain.
 """
 
 from __future__ import annotations
@@ -55,8 +62,9 @@ def answer_ids(tokenizer, row: dict, max_prompt: int, max_answer: int):
 
 @torch.no_grad()
 def base_and_bias(engine: Engine, prompt: list[int], answer: list[int]):
-    """(base [A, Nd, Vd], bias [A, Nd, Vd], labels [A, Nd] target ids) over the anchors of
-    `answer` whose block ends inside it; the draft's logits are base + bias."""
+    """(base [A, Nd, Vd], bias [A, Nd, Vd], labels [A, Nd] target ids, u [A, Nd, r] the head's
+    input W1[prev]) over the anchors of `answer` whose block ends inside it; the draft's logits
+    are base + bias, and bias = u W2^T."""
     draft, nd = engine.draft_model, engine.num_spec
     ids = torch.tensor([prompt + answer], device=engine.device)
     lp, t = len(prompt), ids.shape[1]
@@ -65,13 +73,54 @@ def base_and_bias(engine: Engine, prompt: list[int], answer: list[int]):
     h, u = fo.hidden[0], fo.markov_input[0].to(fo.hidden.dtype)
     base = h @ draft.lm_head.weight.T.to(h.dtype)
     bias = u @ draft.markov_head.markov_w2.weight.T.to(h.dtype)
-    return base, bias, ids[0, fo.label_pos[0]]
+    return base, bias, ids[0, fo.label_pos[0]], u
+
+
+def rank_cut_map(w1: torch.Tensor, w2: torch.Tensor, rank: int, weights: torch.Tensor):
+    """(P [r, Vd], share): u P is the bias of the head cut to rank `rank`, for u = W1[prev].
+    B = W1 W2^T; with D = diag(weights), D^1/2 B_k is the best rank-k approximation of D^1/2 B
+    (Eckart-Young), so B_k = W1 R1^-1 U_k S_k V_k^T Q2^T, where D^1/2 W1 = Q1 R1, W2 = Q2 R2 and
+    R1 R2^T = U S V^T. `share`: the weighted energy the cut keeps, sum S_k^2 / sum S^2. float64;
+    needs weights > 0 on at least r rows and W1, W2 of full rank r."""
+    w1, w2 = w1.double(), w2.double()
+    _, r1 = torch.linalg.qr(w1 * weights.double().sqrt()[:, None])
+    q2, r2 = torch.linalg.qr(w2)
+    u, s, vh = torch.linalg.svd(r1 @ r2.T)
+    core = torch.linalg.solve_triangular(r1, u[:, :rank] * s[:rank], upper=True)
+    share = float((s[:rank] ** 2).sum() / (s**2).sum())
+    return core @ vh[:rank] @ q2.T, share
+
+
+def prev_token_weights(tokenizer, rows: list[dict], vocab: int) -> torch.Tensor:
+    """[vocab] counts + 1 of the answer tokens of `rows` (a draft slot's previous token is an
+    answer token, or the anchor, which is one too)."""
+    counts = torch.ones(vocab, dtype=torch.float64)
+    for row in rows:
+        ids = tokenizer(row["messages"][-1]["content"], add_special_tokens=False)["input_ids"]
+        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab)[:vocab]
+    return counts
 
 
 def scaled_matches(engine: Engine, base, bias, labels, scale: float) -> torch.Tensor:
     """[A] drafts a T=0 round at each anchor accepts with the bias scaled by `scale`."""
     guess = engine.draft_model.map_draft_to_target((base + scale * bias).argmax(-1))
     return leading_matches(guess == labels)
+
+
+def rank_cuts(engine: Engine, rows: list[dict], ranks: list[int], weight_rows: int, path: str):
+    """{rank: (P, energy share)} for `--ranks`, weighted by the file's train answers."""
+    if not ranks:
+        return {}
+    head = engine.draft_model.markov_head
+    w1, w2 = head.markov_w1.weight.detach(), head.markov_w2.weight.detach()
+    bad = [k for k in ranks if not 1 <= k <= w1.shape[1]]
+    if bad:
+        raise SystemExit(f"--ranks {bad}: the head's rank is {w1.shape[1]}; each cut is 1..that")
+    train = [r for r in rows if r.get("split") == "train"][:weight_rows]
+    if not train:
+        raise SystemExit(f"{path}: no rows with split='train' to weight --ranks by")
+    weights = prev_token_weights(engine.tokenizer, train, w1.shape[0])
+    return {k: rank_cut_map(w1, w2, k, weights) for k in ranks}
 
 
 def main(argv=None) -> int:
@@ -82,6 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", nargs="+", default=["heldout", "train"])
     ap.add_argument("--num-rows", type=int, default=48, help="per split, the first in the file")
     ap.add_argument("--scales", type=float, nargs="+", default=[0.0, 0.5, 0.75, 1.0, 1.25])
+    ap.add_argument("--ranks", type=int, nargs="*", default=[], help="the head cut to each rank")
+    ap.add_argument("--weight-rows", type=int, default=1000, help="train rows that weight --ranks")
     ap.add_argument("--max-prompt-tokens", type=int, default=768)
     ap.add_argument("--max-answer-tokens", type=int, default=512)
     add_runtime_args(ap)
@@ -91,24 +142,29 @@ def main(argv=None) -> int:
         raise SystemExit(f"{a.checkpoint}: no Markov head (a DFlash draft); nothing to scale")
     nd = engine.num_spec
     rows = read_jsonl(a.rows)
+    cuts = rank_cuts(engine, rows, a.ranks, a.weight_rows, a.rows)
     results = []
-    print("| split | rows | anchors | " + " | ".join(f"x{s:g}" for s in a.scales) + " |")
-    print("|---|---|---|" + "---|" * len(a.scales))
+    names = [f"x{s:g}" for s in a.scales] + [f"r{k} ({cuts[k][1]:.3f})" for k in a.ranks]
+    print("| split | rows | anchors | " + " | ".join(names) + " |")
+    print("|---|---|---|" + "---|" * len(names))
     for split in a.splits:
         picked = [r for r in rows if r.get("split") == split][: a.num_rows]
         if not picked:
             raise SystemExit(f"{a.rows}: no rows with split={split!r}")
         counts = {s: [] for s in a.scales}
+        cut_counts = {k: [] for k in a.ranks}
         used = 0
         for row in picked:
             pa = answer_ids(engine.tokenizer, row, a.max_prompt_tokens, a.max_answer_tokens)
             if pa is None or len(pa[1]) <= nd:
                 continue
             used += 1
-            base, bias, labels = base_and_bias(engine, *pa)
+            base, bias, labels, u = base_and_bias(engine, *pa)
             for s in a.scales:
                 counts[s].append(scaled_matches(engine, base, bias, labels, s))
-        res = {"split": split, "rows": used, "scales": {}}
+            for k, (m, _) in cuts.items():
+                cut_counts[k].append(scaled_matches(engine, base, u @ m.to(u.dtype), labels, 1.0))
+        res = {"split": split, "rows": used, "scales": {}, "ranks": {}}
         for s in a.scales:
             c = torch.cat(counts[s]).float()
             res["anchors"] = int(c.numel())
@@ -116,13 +172,18 @@ def main(argv=None) -> int:
                 "tau": 1 + float(c.mean()),
                 "conditional": conditional_acceptance(c, nd),
             }
+        for k in a.ranks:
+            c = torch.cat(cut_counts[k]).float()
+            res["ranks"][str(k)] = {
+                "tau": 1 + float(c.mean()),
+                "conditional": conditional_acceptance(c, nd),
+                "energy_share": cuts[k][1],
+            }
         results.append(res)
-        print(
-            f"| {split} | {used} | {res['anchors']} | "
-            + " | ".join(f"{res['scales'][str(s)]['tau']:.3f}" for s in a.scales)
-            + " |",
-            flush=True,
-        )
+        taus = [res["scales"][str(s)]["tau"] for s in a.scales]
+        taus += [res["ranks"][str(k)]["tau"] for k in a.ranks]
+        cells = " | ".join(f"{t:.3f}" for t in taus)
+        print(f"| {split} | {used} | {res['anchors']} | {cells} |", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
     return 0

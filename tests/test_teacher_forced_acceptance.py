@@ -239,19 +239,27 @@ def test_markov_bias_scale_splits_the_fused_logits_exactly(trained, tmp_path):
     w2.data.copy_(kept)
     assert any(not torch.equal(a, b) for a, b in zip(expect[1.0], expect[0.0], strict=True))
     for (p, a), c1, c0 in zip(pairs, expect[1.0], expect[0.0], strict=True):
-        base, bias, labels = base_and_bias(engine, p, a)
+        base, bias, labels, _ = base_and_bias(engine, p, a)
         assert torch.equal(scaled_matches(engine, base, bias, labels, 1.0), c1)
         assert torch.equal(scaled_matches(engine, base, bias, labels, 0.0), c0)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "scale.json"
     args = ["--target", str(target), "--checkpoint", str(ckpt)]
     args += ["--rows", str(tmp_path / "rows.jsonl"), "--splits", "heldout", "--scales", "0", "1"]
+    # the head cut to its full rank is the head (up to float rounding); to rank 1 it keeps less
+    rank = engine.draft_model.markov_head.markov_w1.weight.shape[1]
+    args += ["--ranks", str(rank), "1"]
     assert bias_scale([*args, "--device", "cpu", "--json", str(out)]) == 0
     (res,) = json.loads(out.read_text())
     assert res["rows"] == len(pairs)
     for s in (0.0, 1.0):
         want = 1 + float(torch.cat(expect[s]).float().mean())
         assert res["scales"][str(s)]["tau"] == pytest.approx(want, abs=1e-9)
+    full, one = res["ranks"][str(rank)], res["ranks"]["1"]
+    assert full["energy_share"] == pytest.approx(1.0) and 0 < one["energy_share"] < 1
+    assert full["tau"] == pytest.approx(res["scales"]["1.0"]["tau"], abs=0.01)
+    with pytest.raises(SystemExit, match="the head's rank is"):
+        bias_scale([*args[:-3], "--ranks", str(rank + 1), "--device", "cpu"])
 
 
 def test_eval_acceptance_drafts_fewer_a_round_with_num_spec(trained, tmp_path):
