@@ -31,6 +31,12 @@
 # the cap cuts off more of DSpark's lead. Worth a SmolLM2 pair at block 15 if 10x's held-out analytic
 # tau over DFlash's at block 15 beats its block-7 ratio (1.307, 1.312) by >= 5% at both seeds
 # (criterion fixed before its run).
+# A flatter loss for DSpark alone (DSPARK_OVERRIDES "loss.decay=D", scale 10; the pinned w_k =
+# exp(-k/4) weighs slot 6 at 0.22 of slot 0): on SmolLM2 the realized ratio is capped by what
+# follows an accepted slot 0, where the head works, and DFlash's later slots catch up on the head's
+# as the drafts improve. Worth a SmolLM2 pair if 10x's held-out analytic tau over DFlash's (DFlash
+# at the pinned decay) beats its decay-4 ratio (1.307, 1.312) by >= 5% at both seeds, at D = 8 or
+# D = 1000 (flat) (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..." ["DSPARK_OVERRIDES..."]]
 # (DSPARK_OVERRIDES: the DSpark arms' alone, e.g. init_markov_from_embedding=true, which a
 # DFlash draft, having no head, refuses)
