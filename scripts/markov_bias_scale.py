@@ -48,13 +48,18 @@ from serve.engine import Engine  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
 
 
+def answer_tokens(tokenizer, row: dict) -> list[int]:
+    """The ids of a row's last message, the assistant's answer."""
+    return tokenizer(row["messages"][-1]["content"], add_special_tokens=False)["input_ids"]
+
+
 def answer_ids(tokenizer, row: dict, max_prompt: int, max_answer: int):
     """(prompt ids, answer ids) of a row whose last message is the assistant's answer, or None
     where the prompt is longer than `max_prompt` or the answer has no full block."""
     prompt = tokenizer.apply_chat_template(
         regeneration_prompt(row), add_generation_prompt=True, return_dict=True
     )["input_ids"]
-    answer = tokenizer(row["messages"][-1]["content"], add_special_tokens=False)["input_ids"]
+    answer = answer_tokens(tokenizer, row)
     if len(prompt) > max_prompt:
         return None
     return list(prompt), list(answer[:max_answer])
@@ -96,8 +101,8 @@ def prev_token_weights(tokenizer, rows: list[dict], vocab: int) -> torch.Tensor:
     answer token, or the anchor, which is one too)."""
     counts = torch.ones(vocab, dtype=torch.float64)
     for row in rows:
-        ids = tokenizer(row["messages"][-1]["content"], add_special_tokens=False)["input_ids"]
-        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab)[:vocab]
+        ids = torch.tensor(answer_tokens(tokenizer, row), dtype=torch.long)
+        counts += torch.bincount(ids, minlength=vocab)[:vocab]
     return counts
 
 
@@ -143,6 +148,11 @@ def main(argv=None) -> int:
     nd = engine.num_spec
     rows = read_jsonl(a.rows)
     cuts = rank_cuts(engine, rows, a.ranks, a.weight_rows, a.rows)
+    # every column: (group, key, the bias it drafts with, from the head's bias and its input u)
+    variants = [("scales", str(s), lambda bias, u, s=s: s * bias) for s in a.scales]
+    variants += [
+        ("ranks", str(k), lambda bias, u, m=m: u @ m.to(u.dtype)) for k, (m, _) in cuts.items()
+    ]
     results = []
     names = [f"x{s:g}" for s in a.scales] + [f"r{k} ({cuts[k][1]:.3f})" for k in a.ranks]
     print("| split | rows | anchors | " + " | ".join(names) + " |")
@@ -151,8 +161,7 @@ def main(argv=None) -> int:
         picked = [r for r in rows if r.get("split") == split][: a.num_rows]
         if not picked:
             raise SystemExit(f"{a.rows}: no rows with split={split!r}")
-        counts = {s: [] for s in a.scales}
-        cut_counts = {k: [] for k in a.ranks}
+        counts = {(group, key): [] for group, key, _ in variants}
         used = 0
         for row in picked:
             pa = answer_ids(engine.tokenizer, row, a.max_prompt_tokens, a.max_answer_tokens)
@@ -160,29 +169,22 @@ def main(argv=None) -> int:
                 continue
             used += 1
             base, bias, labels, u = base_and_bias(engine, *pa)
-            for s in a.scales:
-                counts[s].append(scaled_matches(engine, base, bias, labels, s))
-            for k, (m, _) in cuts.items():
-                cut_counts[k].append(scaled_matches(engine, base, u @ m.to(u.dtype), labels, 1.0))
+            for group, key, drafted in variants:
+                counts[group, key].append(
+                    scaled_matches(engine, base, drafted(bias, u), labels, 1.0)
+                )
         res = {"split": split, "rows": used, "scales": {}, "ranks": {}}
-        for s in a.scales:
-            c = torch.cat(counts[s]).float()
+        for (group, key), per_row in counts.items():
+            c = torch.cat(per_row).float()
             res["anchors"] = int(c.numel())
-            res["scales"][str(s)] = {
+            res[group][key] = {
                 "tau": 1 + float(c.mean()),
                 "conditional": conditional_acceptance(c, nd),
             }
-        for k in a.ranks:
-            c = torch.cat(cut_counts[k]).float()
-            res["ranks"][str(k)] = {
-                "tau": 1 + float(c.mean()),
-                "conditional": conditional_acceptance(c, nd),
-                "energy_share": cuts[k][1],
-            }
+        for k, (_, share) in cuts.items():
+            res["ranks"][str(k)]["energy_share"] = share
         results.append(res)
-        taus = [res["scales"][str(s)]["tau"] for s in a.scales]
-        taus += [res["ranks"][str(k)]["tau"] for k in a.ranks]
-        cells = " | ".join(f"{t:.3f}" for t in taus)
+        cells = " | ".join(f"{res[group][key]['tau']:.3f}" for group, key, _ in variants)
         print(f"| {split} | {used} | {res['anchors']} | {cells} |", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
