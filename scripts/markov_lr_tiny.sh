@@ -37,6 +37,13 @@
 # as the drafts improve. Worth a SmolLM2 pair if 10x's held-out analytic tau over DFlash's (DFlash
 # at the pinned decay) beats its decay-4 ratio (1.307, 1.312) by >= 5% at both seeds, at D = 8 or
 # D = 1000 (flat) (criterion fixed before its run).
+# The paper's context-aware heads (DSPARK_OVERRIDES "draft.markov_head_type=gated" or "=rnn",
+# scale 10): the vanilla head is a bigram table, the same bias after a token whatever the context,
+# and on SmolLM2 its lead over DFlash after an accepted slot 0 shrinks as the drafts improve; gated
+# scales it by the slot's hidden state, rnn carries a state across the slots. Stock vLLM serves
+# only vanilla (the engine serves all three). Worth a SmolLM2 pair if the variant's held-out
+# analytic tau over DFlash's beats vanilla 10x's ratio (1.307, 1.312) by >= 3% at both seeds
+# (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..." ["DSPARK_OVERRIDES..."]]
 # (DSPARK_OVERRIDES: the DSpark arms' alone, e.g. init_markov_from_embedding=true, which a
 # DFlash draft, having no head, refuses)
