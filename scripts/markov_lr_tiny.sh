@@ -44,6 +44,12 @@
 # only vanilla (the engine serves all three). Worth a SmolLM2 pair if the variant's held-out
 # analytic tau over DFlash's beats vanilla 10x's ratio (1.307, 1.312) by >= 3% at both seeds
 # (criterion fixed before its run).
+# A shallower draft for both arms (OVERRIDES "draft.num_hidden_layers=1", scale 10; the tiny
+# default has 2): on SmolLM2 the head's lead after an accepted slot 0 was largest where the
+# backbone was weakest (1.29x at 1,000 steps, 1.10x at 2,000), and the paper's 2-layer DSpark beats
+# its 5-layer DFlash. Worth a SmolLM2 pair at one layer if 10x's held-out analytic tau over
+# DFlash's, both at one layer, beats the two-layer ratio (1.307, 1.312) by >= 3% at both seeds
+# (criterion fixed before its run).
 #   bash scripts/markov_lr_tiny.sh OUT_DIR "SEED..." "SCALE..." ["OVERRIDES..." ["DSPARK_OVERRIDES..."]]
 # (DSPARK_OVERRIDES: the DSpark arms' alone, e.g. init_markov_from_embedding=true, which a
 # DFlash draft, having no head, refuses)
