@@ -4,6 +4,7 @@ first run's. Each step's tau is taken on its batch before the step's update, so 
 pass, while no row has been seen, it is a held-out figure; later it mixes in rows already read.
 
     python scripts/train_tau_windows.py NAME=METRICS.jsonl ... --windows 1-100 101-200 201-297
+        [--heldout 500 ...]   # also the held-out evaluation at those steps (analytic and greedy)
 
 METRICS.jsonl: a run's metrics file (train.distill writes OUTPUT_DIR/metrics.jsonl).
 """
@@ -26,6 +27,12 @@ def train_tau(path: Path) -> dict[int, float]:
     return out
 
 
+def heldout_tau(path: Path) -> dict[int, dict]:
+    """{step: that step's held-out evaluation row} (train.distill's eval_every)."""
+    rows = (json.loads(line) for line in path.read_text().splitlines())
+    return {r["step"]: r for r in rows if r.get("split") == "eval"}
+
+
 def window_means(taus: dict[int, float], lo: int, hi: int) -> float | None:
     got = [taus[s] for s in range(lo, hi + 1) if s in taus]
     return sum(got) / len(got) if got else None
@@ -42,13 +49,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="NAME=METRICS.jsonl; the first is the baseline")
     ap.add_argument("--windows", nargs="+", type=parse_window, required=True)
+    ap.add_argument("--heldout", nargs="+", type=int, default=[], metavar="STEP")
     a = ap.parse_args(argv)
-    runs = {}
+    runs, evals = {}, {}
     for spec in a.runs:
         name, sep, path = spec.partition("=")
         if not sep or not Path(path).is_file():
             raise SystemExit(f"runs are NAME=METRICS.jsonl with an existing file; got {spec!r}")
-        runs[name] = train_tau(Path(path))
+        runs[name], evals[name] = train_tau(Path(path)), heldout_tau(Path(path))
     names = list(runs)
     print(
         "| steps | "
@@ -58,11 +66,17 @@ def main(argv=None) -> int:
         + " |"
     )
     print("|---|" + "---|" * (2 * len(names) - 1))
-    for lo, hi in a.windows:
-        means = [window_means(runs[n], lo, hi) for n in names]
-        cells = [f"{m:.3f}" if m is not None else "-" for m in means]
-        ratios = [f"{m / means[0]:.3f}" if m is not None and means[0] else "-" for m in means[1:]]
-        print(f"| {lo}-{hi} | " + " | ".join(cells + ratios) + " |")
+    rows = [(f"{lo}-{hi}", [window_means(runs[n], lo, hi) for n in names]) for lo, hi in a.windows]
+    for step in a.heldout:
+        for key, label in (("analytic_tau", "analytic"), ("greedy_tau", "greedy")):
+            got = [evals[n].get(step, {}).get(key) for n in names]
+            rows.append((f"held out at {step}, {label}", got))
+    for label, values in rows:
+        cells = [f"{m:.3f}" if m is not None else "-" for m in values]
+        ratios = [
+            f"{m / values[0]:.3f}" if m is not None and values[0] else "-" for m in values[1:]
+        ]
+        print(f"| {label} | " + " | ".join(cells + ratios) + " |")
     return 0
 
 

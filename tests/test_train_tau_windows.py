@@ -24,6 +24,17 @@ def test_windows_average_each_runs_batches_and_divide_by_the_first(tmp_path, cap
     assert lines[3] == "| 3-4 | 4.000 | 6.000 | 1.500 |"  # b's window holds step 3 only
 
 
+def test_heldout_rows_at_a_step_divide_by_the_first_and_mark_what_a_run_lacks(tmp_path, capsys):
+    write_metrics(tmp_path / "a.jsonl", {1: 1.0, 2: 1.0}, eval_tau=2.0)  # eval at step 2
+    write_metrics(tmp_path / "b.jsonl", {1: 1.0, 2: 1.0}, eval_tau=3.0)
+    args = [f"a={tmp_path / 'a.jsonl'}", f"b={tmp_path / 'b.jsonl'}"]
+    assert main([*args, "--windows", "1-2", "--heldout", "2", "7"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3] == "| held out at 2, analytic | 2.000 | 3.000 | 1.500 |"
+    assert lines[4] == "| held out at 2, greedy | - | - | - |"  # the rows hold no greedy tau
+    assert lines[5] == "| held out at 7, analytic | - | - | - |"  # no evaluation at step 7
+
+
 def test_bad_windows_and_missing_files_are_refused(tmp_path):
     write_metrics(tmp_path / "a.jsonl", {1: 1.0})
     with pytest.raises(SystemExit):
