@@ -17,20 +17,17 @@ import sys
 from pathlib import Path
 
 
-def train_tau(path: Path) -> dict[int, float]:
-    """{step: analytic tau of that step's training batch}."""
-    out = {}
+def read_metrics(path: Path) -> tuple[dict[int, float], dict[int, dict]]:
+    """({step: analytic tau of that step's training batch}, {step: that step's held-out
+    evaluation row}, train.distill's eval_every) from one read of the file."""
+    train, heldout = {}, {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
         if row.get("split") == "train" and "analytic_tau" in row:
-            out[row["step"]] = row["analytic_tau"]
-    return out
-
-
-def heldout_tau(path: Path) -> dict[int, dict]:
-    """{step: that step's held-out evaluation row} (train.distill's eval_every)."""
-    rows = (json.loads(line) for line in path.read_text().splitlines())
-    return {r["step"]: r for r in rows if r.get("split") == "eval"}
+            train[row["step"]] = row["analytic_tau"]
+        elif row.get("split") == "eval":
+            heldout[row["step"]] = row
+    return train, heldout
 
 
 def window_means(taus: dict[int, float], lo: int, hi: int) -> float | None:
@@ -56,7 +53,7 @@ def main(argv=None) -> int:
         name, sep, path = spec.partition("=")
         if not sep or not Path(path).is_file():
             raise SystemExit(f"runs are NAME=METRICS.jsonl with an existing file; got {spec!r}")
-        runs[name], evals[name] = train_tau(Path(path)), heldout_tau(Path(path))
+        runs[name], evals[name] = read_metrics(Path(path))
     names = list(runs)
     print(
         "| steps | "
