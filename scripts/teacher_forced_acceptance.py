@@ -35,6 +35,7 @@ from scripts.eval_acceptance import (  # noqa: E402
 )
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
+from train.walk_anchors import leading_matches, round_starts  # noqa: E402
 
 
 @torch.no_grad()
@@ -94,11 +95,6 @@ def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
     return hit, ids, fo.label_pos[0], out.final
 
 
-def leading_matches(hit: torch.Tensor) -> torch.Tensor:
-    """[A] from [A, Nd] bool: the drafts a T=0 round anchored there accepts (its leading hits)."""
-    return hit.long().cumprod(-1).sum(-1)
-
-
 def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
     """[len(answer)] drafts a T=0 round anchored at each answer position would accept, against
     the answer followed by the target's own greedy tokens past its end."""
@@ -109,18 +105,6 @@ def conditional_acceptance(counts: torch.Tensor, nd: int) -> list[float]:
     """Per slot k < nd, the share of rounds reaching slot k (accepted >= k) that accept it, from
     each round's accepted count ([R] int)."""
     return [float((counts > k).sum() / max(1, int((counts >= k).sum()))) for k in range(nd)]
-
-
-def round_starts(counts: torch.Tensor) -> list[tuple[int, int]]:
-    """(anchor, accepted) of each round on the engine's path over an answer of len(counts)
-    tokens: anchor 0, then a + 1 further after accepting a; a round starts while the answer has
-    tokens after its anchor (the request is not finished)."""
-    p, out = 0, []
-    while p < counts.numel() - 1:
-        a = int(counts[p])
-        out.append((p, a))
-        p += a + 1
-    return out
 
 
 def walk(counts: torch.Tensor) -> tuple[int, int]:

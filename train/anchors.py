@@ -54,14 +54,23 @@ def sample_anchors(
     step: int,
     input_ids: torch.Tensor,  # [N, T] (keys the randomness)
     doc_ids: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,  # [N, T] bool: draw only among these valid positions
+    pad_to: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (anchors [N, A] long, valid [N, A] bool), A = min(num_anchors, max valid count).
+    """-> (anchors [N, A] long, valid [N, A] bool), A = min(num_anchors, max valid count), or
+    `pad_to` columns where given (a fixed shape whatever the count).
 
     Anchors are sorted per row; padding entries point at position 0 and are marked invalid.
     """
     ok = valid_anchor_mask(loss_mask, doc_ids).cpu()
+    if allowed is not None:
+        ok &= allowed.cpu().bool()
     n, t = ok.shape
     a = max(1, min(num_anchors, int(ok.sum(1).max())))
+    if pad_to is not None:
+        if pad_to < a:
+            raise ValueError(f"pad_to={pad_to} is below the {a} anchors drawn")
+        a = min(pad_to, t)
     # Random keys, -1 on invalid positions: the top-a keys of a row are a uniform sample
     # without replacement of its valid positions (all of them if it has fewer than a).
     keys = torch.stack([torch.rand(t, generator=row_generator(seed, step, r)) for r in input_ids])

@@ -50,7 +50,6 @@ def anchor_blocks(
     The sampler draws on the CPU from each row's content: `host` is the batch's CPU copy where
     the caller has one (no device sync); otherwise the batch is copied to the CPU here (one
     copy per tensor, not a sync per row)."""
-    doc_ids = batch.get("doc_ids")
     dev = batch["loss_mask"].device
     keys = ("loss_mask", "input_ids", "doc_ids")
     cpu = host if host is not None else {k: batch[k].cpu() for k in keys if k in batch}
@@ -58,7 +57,12 @@ def anchor_blocks(
         cpu["loss_mask"], num_anchors, seed, step, cpu["input_ids"], cpu.get("doc_ids")
     )
     anchors, valid = anchors.to(dev, non_blocking=True), valid.to(dev, non_blocking=True)
-    tg: BlockTargets = block_targets(
+    return anchors, valid, blocks_at(batch, draft_cfg, t2d, anchors, valid, decay)
+
+
+def blocks_at(batch: dict, draft_cfg, t2d, anchors, valid, decay: float) -> BlockTargets:
+    """The loss's targets for blocks at the given anchors [N, A] (valid: [N, A] bool)."""
+    return block_targets(
         batch["input_ids"],
         batch["loss_mask"],
         anchors,
@@ -66,6 +70,5 @@ def anchor_blocks(
         draft_cfg.num_speculative_tokens,
         t2d,
         decay,
-        doc_ids,
+        batch.get("doc_ids"),
     )
-    return anchors, valid, tg

@@ -112,6 +112,9 @@ class TrainerCfg:
     # run does; false: plan it for max_steps and cut it wherever the time runs out.
     schedule_to_time: bool = True
     num_anchors: int = 512
+    # uniform: anchors drawn at random among an answer's positions | walk: among those where the
+    # current draft's greedy rounds start (train/walk_anchors.py); evaluation is always uniform
+    anchor_sampling: str = "uniform"
     eval_every: int = 0  # 0 = only at the end
     eval_batches: int = 8
     # Held-out figures also over each answer's first N tokens (answer_head_* metrics; 0: off): a
@@ -205,6 +208,7 @@ CHOICES = {
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.mixed_precision": ("no", "bf16"),
     "trainer.distributed": ("none", "ddp", "fsdp"),
+    "trainer.anchor_sampling": ("uniform", "walk"),
     "trainer.draft_attention": ("sdpa", "flex"),
     "trainer.target_attention": ("sdpa", "flex"),
     "logger.backend": ("none", "wandb"),

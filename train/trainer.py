@@ -35,8 +35,8 @@ from tqdm.auto import tqdm
 
 from common.model import DSparkDraftModel
 from common.target import TargetCapture, require_finite_target, target_head_weights
-from train.anchors import answer_head_mask
-from train.blocks import anchor_blocks, capture_batch
+from train.anchors import answer_head_mask, valid_anchor_mask
+from train.blocks import anchor_blocks, blocks_at, capture_batch
 from train.data import build_dataloader
 from train.data.sampler import epoch_order
 from train.loss import summarize
@@ -53,6 +53,7 @@ from train.state import (
     save_checkpoint_state,
 )
 from train.vocab_loss import plan_rows
+from train.walk_anchors import walk_anchors
 
 
 class TrainingDiverged(FloatingPointError):
@@ -242,8 +243,41 @@ class Trainer:
         return {k: self.acc.reduce(v.detach().float(), reduction="sum") for k, v in sums.items()}
 
     # ------------------------------------------------------------------ steps
+    def _walk_micro(self, drawn: Drawn) -> list:
+        """trainer.anchor_sampling=walk: each micro-batch's target capture, and its anchors drawn
+        again among those greedy rounds of the current draft visit (train/walk_anchors.py).
+        -> the captures, in micro-batch order; `drawn.micro` is rewritten with the new anchors."""
+        cfg, caps, micro, shares = self.cfg, [], [], []
+        draft = self.acc.unwrap_model(self.objective).draft
+        for batch, *_ in drawn.micro:
+            cap = capture_batch(self.capture, batch)
+            with torch.no_grad(), self.acc.autocast():
+                anchors, valid, visited = walk_anchors(
+                    draft,
+                    cap.aux,
+                    cap.final,
+                    self.teacher_head,
+                    batch,
+                    cfg.trainer.num_anchors,
+                    cfg.seed,
+                    drawn.step,
+                )
+            tg = blocks_at(batch, draft.config, draft.t2d, anchors, valid, cfg.loss.decay)
+            lc = cfg.loss
+            tg.plan = plan_rows(tg, batch["input_ids"].shape[1], lc.share_teacher, lc.chunk_tokens)
+            caps.append(cap)
+            micro.append((batch, anchors, valid, tg))
+            shares.append(
+                (visited.sum(), valid_anchor_mask(batch["loss_mask"], batch.get("doc_ids")).sum())
+            )
+        drawn.micro = micro
+        # the share of valid anchors the rounds visit (1 for a draft that accepts nothing)
+        self._walk_share = float(sum(v for v, _ in shares) / max(1, sum(a for _, a in shares)))
+        return caps
+
     def train_step(self) -> dict:
         drawn = self._take_drawn()
+        caps = self._walk_micro(drawn) if self.cfg.trainer.anchor_sampling == "walk" else None
         dens = {}
         for _, _, _, tg in drawn.micro:
             for k, v in tg.dens().items():
@@ -254,7 +288,7 @@ class Trainer:
         finite = torch.ones((), device=self.acc.device)
         target_finite = torch.ones((), dtype=torch.bool, device=self.acc.device)
         for i, (batch, anchors, valid, tg) in enumerate(drawn.micro):
-            cap = capture_batch(self.capture, batch)
+            cap = caps[i] if caps is not None else capture_batch(self.capture, batch)
             target_finite = target_finite & cap.finite()
             sync = i == len(drawn.micro) - 1
             ctx = contextlib.nullcontext() if sync else self.acc.no_sync(self.objective)
@@ -305,6 +339,8 @@ class Trainer:
         out["lr"] = self.sched.get_last_lr()[0]
         out["tokens"] = tokens * self.world
         out["bad_batches"] = self.bad_batches
+        if caps is not None:
+            out["walk_visited_share"] = self._walk_share
         return out
 
     @torch.no_grad()
