@@ -9,10 +9,14 @@
 # Seed 0 ran first as an exploration (2026-12-06: walk over uniform 1.087 on code, 1.017 on
 # prose). Criterion for seeds 1 and 2, fixed before their runs: the walk is worth more SmolLM2
 # device time if its pooled DSpark / DFlash ratio beats the uniform one's by >= 3% at both.
+# Result (2026-12-06): not met, 0.976 and 0.929 (docs/benchmarks/walk_anchors_tiny_cpu).
 #   bash scripts/walk_anchors_tiny.sh OUT_DIR "SEED..."     (about 17 minutes a seed on 2 CPU cores)
+# A seed whose OUT_DIR/eval_sSEED.json exists is not run again (the table reads it), so a killed
+# run goes on from the seed it was in, and the table alone is one line once every seed is done.
 set -euo pipefail; cd "$(dirname "$0")/.."
 OUT=${1:?usage: walk_anchors_tiny.sh OUT_DIR \"SEED...\"}; read -r -a SEEDS <<<"${2:-1 2}"
 for seed in "${SEEDS[@]}"; do
+  [ -f "$OUT/eval_s$seed.json" ] && continue  # this seed is done: its runs and evaluation are kept
   bash scripts/markov_lr_tiny.sh "$OUT/uniform" "$seed" 10 >"$OUT.uniform_s$seed.txt"
   bash scripts/markov_lr_tiny.sh "$OUT/walk" "$seed" 10 trainer.anchor_sampling=walk >"$OUT.walk_s$seed.txt"
   mv "$OUT.uniform_s$seed.txt" "$OUT/uniform/markov_lr_s$seed.txt"
