@@ -162,3 +162,14 @@ def test_distill_with_walk_sampling_logs_the_visited_share(target, tmp_path):
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     shares = [r["walk_visited_share"] for r in rows if r["split"] == "train"]
     assert len(shares) == 3 and all(0 < s <= 1 for s in shares)
+
+
+def test_walk_sampling_refuses_fsdp_with_a_clear_error():
+    from omegaconf import OmegaConf
+
+    from train.distill import make_accelerator
+    from train.setup import SetupError
+
+    tc = OmegaConf.create({"distributed": "fsdp", "anchor_sampling": "walk", "device": "cpu"})
+    with pytest.raises(SetupError, match="anchor_sampling=walk"):
+        make_accelerator(tc)

@@ -63,6 +63,11 @@ def check_output_dir(cfg) -> Path:
 
 def make_accelerator(tcfg) -> Accelerator:
     kwargs = {}
+    if tcfg.distributed == "fsdp" and tcfg.anchor_sampling == "walk":
+        # the walk's pass runs the unwrapped draft, whose parameters FSDP holds sharded
+        raise SetupError(
+            "trainer.anchor_sampling=walk runs with trainer.distributed=none or ddp, not fsdp"
+        )
     if tcfg.distributed == "fsdp":
         from accelerate import FullyShardedDataParallelPlugin
 
