@@ -262,8 +262,8 @@ class Trainer:
                     cfg.seed,
                     drawn.step,
                 )
-            tg = blocks_at(batch, draft.config, draft.t2d, anchors, valid, cfg.loss.decay)
             lc = cfg.loss
+            tg = blocks_at(batch, draft.config, draft.t2d, anchors, valid, lc.decay)
             tg.plan = plan_rows(tg, batch["input_ids"].shape[1], lc.share_teacher, lc.chunk_tokens)
             caps.append(cap)
             micro.append((batch, anchors, valid, tg))
@@ -271,7 +271,7 @@ class Trainer:
                 (visited.sum(), valid_anchor_mask(batch["loss_mask"], batch.get("doc_ids")).sum())
             )
         drawn.micro = micro
-        # the share of valid anchors the rounds visit (1 for a draft that accepts nothing)
+        # this rank's share of valid anchors the rounds visit (1 for a draft that accepts nothing)
         self._walk_share = float(sum(v for v, _ in shares) / max(1, sum(a for _, a in shares)))
         return caps
 
