@@ -119,6 +119,16 @@ def test_map_draft_to_target():
     assert torch.equal(tiny_model().map_draft_to_target(ids), ids)
 
 
+def test_map_target_to_draft_inverts_the_map_and_marks_the_rest():
+    model = tiny_model(draft_vocab_size=40)
+    ids = torch.arange(40)
+    assert torch.equal(model.map_target_to_draft(model.map_draft_to_target(ids)), ids)
+    outside = (~model.t2d).nonzero().flatten()
+    assert outside.numel() > 0 and (model.map_target_to_draft(outside) == -1).all()
+    full = torch.arange(model.config.vocab_size)
+    assert torch.equal(tiny_model().map_target_to_draft(full), full)
+
+
 def test_compute_draft_logits_local_shards_concatenate():
     model = tiny_model(draft_vocab_size=41)
     h = torch.randn(3, 32)

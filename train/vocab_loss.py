@@ -213,8 +213,7 @@ def kept_rows(
     u = fo.markov_input.flatten(0, -2).index_select(0, idx)
     e = fo.markov_embed.flatten(0, -2).index_select(0, idx)
     labels = tg.labels.reshape(-1).index_select(0, idx)
-    t2d_index = torch.cumsum(model.t2d.long(), 0) - 1  # target id -> draft id
-    labels_d = torch.where(model.t2d[labels], t2d_index[labels], -1)
+    labels_d = model.map_target_to_draft(labels)
     sel = model.draft_ids_in_target if model.config.reduced_vocab else None
     hu = torch.cat([h, u.to(h.dtype)], dim=-1)
     return KeptRows(plan, h, e, hu, th, labels_d, sel)

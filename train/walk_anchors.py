@@ -53,13 +53,6 @@ def draft_argmax(draft: DSparkDraftModel, fo, chunk: int = 8192) -> torch.Tensor
     return out.view(fo.hidden.shape[:-1])
 
 
-def target_to_draft_ids(draft: DSparkDraftModel, target_ids: torch.Tensor) -> torch.Tensor:
-    """Target ids -> draft ids, -1 where the id is outside the draft vocabulary."""
-    t2d = draft.t2d
-    index = torch.cumsum(t2d.long(), 0) - 1
-    return torch.where(t2d[target_ids], index[target_ids], -1)
-
-
 @torch.no_grad()
 def accepted_counts(
     draft: DSparkDraftModel, aux, batch: dict, teacher_top: torch.Tensor, chunk_anchors: int
@@ -77,7 +70,7 @@ def accepted_counts(
     order = torch.where(ok, torch.arange(t, device=ids.device), t).sort(dim=1).values
     count = int(ok.sum(1).max())
     counts = torch.full((n, t), -1, dtype=torch.long, device=ids.device)
-    top_d = target_to_draft_ids(draft, teacher_top)  # [N, T] draft id of the target's argmax
+    top_d = draft.map_target_to_draft(teacher_top)  # [N, T] draft id of the target's argmax
     nd = draft.config.num_speculative_tokens
     for lo in range(0, count, chunk_anchors):
         cols = order[:, lo : lo + chunk_anchors]

@@ -231,3 +231,8 @@ class DSparkDraftModel(nn.Module):
         if not self.config.reduced_vocab:
             return draft_ids
         return draft_ids + self.d2t[draft_ids]
+
+    def map_target_to_draft(self, target_ids: torch.Tensor) -> torch.Tensor:
+        """Target ids -> draft ids, -1 where the id is outside the draft vocabulary."""
+        index = torch.cumsum(self.t2d.long(), 0) - 1
+        return torch.where(self.t2d[target_ids], index[target_ids], -1)
