@@ -43,13 +43,15 @@ def teacher_argmax(final: torch.Tensor, lm_head: torch.Tensor, chunk: int = 8192
 @torch.no_grad()
 def draft_argmax(draft: DSparkDraftModel, fo, chunk: int = 8192) -> torch.Tensor:
     """[N, A, Nd] the draft's greedy id (draft vocab) in every slot of `fo` (forward_train's
-    output, Markov input teacher-forced), `chunk` rows at a time."""
-    w = draft.fused_head_weight()
-    hu = torch.cat([fo.hidden, fo.markov_input.to(fo.hidden.dtype)], dim=-1)
-    flat = hu.reshape(-1, hu.shape[-1])
-    out = torch.empty(flat.shape[0], dtype=torch.long, device=flat.device)
-    for i in range(0, flat.shape[0], chunk):
-        out[i : i + chunk] = (flat[i : i + chunk] @ w.T.to(flat.dtype)).argmax(-1)
+    output, Markov input teacher-forced): `block_logits`, `chunk` rows at a time."""
+    h = fo.hidden.flatten(0, -2)
+    u = fo.markov_input.flatten(0, -2)  # flatten: r is 0 without a Markov head
+    out = torch.cat(
+        [
+            draft.block_logits(h[i : i + chunk], u[i : i + chunk]).argmax(-1)
+            for i in range(0, h.shape[0], chunk)
+        ]
+    )
     return out.view(fo.hidden.shape[:-1])
 
 
