@@ -94,11 +94,15 @@ def naive_counts(draft, aux, b, teacher_top):
     return out
 
 
-@pytest.mark.parametrize("vocab", [None, 48])  # full and reduced draft vocabulary
+DFLASH = dict(markov_rank=0, enable_confidence_head=False, confidence_head_with_markov=False)
+
+
+# full and reduced draft vocabulary, and a DFlash draft (no Markov head)
+@pytest.mark.parametrize("overrides", [{}, {"draft_vocab_size": 48}, DFLASH])
 @torch.no_grad()
-def test_accepted_counts_match_anchor_by_anchor(vocab):
+def test_accepted_counts_match_anchor_by_anchor(overrides):
     gen = torch.Generator().manual_seed(1)
-    draft = tiny_model(seed=2, draft_vocab_size=vocab)
+    draft = tiny_model(seed=2, **overrides)
     b = packed_batch(gen)
     n, t = b["input_ids"].shape
     aux = torch.randn(n, t, draft.config.fc_input_size, generator=gen)
