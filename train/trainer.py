@@ -194,11 +194,16 @@ class Trainer:
         micro = []
         for host in drawn.hosts:
             batch = {k: v.to(self.acc.device, non_blocking=True) for k, v in host.items()}
-            micro.append((batch, *self._prepare(batch, step, host)))
+            if self.cfg.trainer.anchor_sampling == "walk":
+                # the anchors need this step's draft and target capture: _walk_micro draws them
+                micro.append((batch, None, None, None))
+            else:
+                micro.append((batch, *self._prepare(batch, step, host)))
         lc = self.cfg.loss
         for batch, _, _, tg in micro:
-            seq_len = batch["input_ids"].shape[1]
-            tg.plan = plan_rows(tg, seq_len, lc.share_teacher, lc.chunk_tokens)
+            if tg is not None:
+                seq_len = batch["input_ids"].shape[1]
+                tg.plan = plan_rows(tg, seq_len, lc.share_teacher, lc.chunk_tokens)
         drawn.micro, drawn.step = micro, step
         return drawn
 
@@ -249,7 +254,7 @@ class Trainer:
         -> the captures, in micro-batch order; `drawn.micro` is rewritten with the new anchors."""
         cfg, caps, micro, shares = self.cfg, [], [], []
         draft = self.acc.unwrap_model(self.objective).draft
-        for batch, *_ in drawn.micro:
+        for host, (batch, *_) in zip(drawn.hosts, drawn.micro, strict=True):
             cap = capture_batch(self.capture, batch)
             with torch.no_grad(), self.acc.autocast():
                 anchors, valid, visited = walk_anchors(
@@ -261,6 +266,7 @@ class Trainer:
                     cfg.trainer.num_anchors,
                     cfg.seed,
                     drawn.step,
+                    host,
                 )
             lc = cfg.loss
             tg = blocks_at(batch, draft.config, draft.t2d, anchors, valid, lc.decay)

@@ -147,14 +147,17 @@ def walk_anchors(
     num_anchors: int,
     seed: int,
     step: int,
+    host: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (anchors [N, num_anchors], valid, visited [N, T]): up to `num_anchors` anchors a row,
     drawn uniformly among those its greedy rounds visit (padding marked invalid; always
-    `num_anchors` columns, so the training step keeps one shape)."""
+    `num_anchors` columns, so the training step keeps one shape). `host`: the batch's CPU copy
+    where the caller has one (else copied here)."""
     top = teacher_argmax(final, teacher_lm_head)
     counts = accepted_counts(draft, aux, batch, top, num_anchors)
     visited = walk_visits(counts, batch["loss_mask"], batch.get("doc_ids"))
-    cpu = {k: batch[k].cpu() for k in ("loss_mask", "input_ids", "doc_ids") if k in batch}
+    keys = ("loss_mask", "input_ids", "doc_ids")
+    cpu = host if host is not None else {k: batch[k].cpu() for k in keys if k in batch}
     anchors, valid = sample_anchors(
         cpu["loss_mask"],
         num_anchors,
