@@ -28,16 +28,17 @@ for seed in "${SEEDS[@]}"; do
 done
 python3 - "$OUT" "${SEEDS[*]}" <<'PY'
 import json, sys
+sys.path.insert(0, ".")
+from scripts.plot_acceptance import pooled_tau
 out, seeds = sys.argv[1], sys.argv[2].split()
 print("| seed | DSpark walk | DFlash walk | walk ratio | DSpark uniform | DFlash uniform | uniform ratio | walk / uniform |")
 print("|---|---|---|---|---|---|---|---|")
 for s in seeds:
     rows = json.load(open(f"{out}/eval_s{s}.json"))
-    tau = {}
-    for d in ("dspark_walk", "dflash_walk", "dspark", "dflash"):
-        rs = [r for r in rows if r["draft"] == d and r["temperature"] == 0.0]
-        rounds, acc = sum(r["drafts"] for r in rs), sum(sum(r["accepted_per_pos"]) for r in rs)
-        tau[d] = 1 + acc / rounds
+    tau = {
+        d: pooled_tau([r for r in rows if r["draft"] == d and r["temperature"] == 0.0])
+        for d in ("dspark_walk", "dflash_walk", "dspark", "dflash")
+    }
     w, u = tau["dspark_walk"] / tau["dflash_walk"], tau["dspark"] / tau["dflash"]
     print(f"| {s} | {tau['dspark_walk']:.3f} | {tau['dflash_walk']:.3f} | {w:.3f} | {tau['dspark']:.3f} "
           f"| {tau['dflash']:.3f} | {u:.3f} | {w / u:.3f} |")
