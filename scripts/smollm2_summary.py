@@ -20,17 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.paired_interval import tau_ratio_interval  # noqa: E402
+from scripts.plot_acceptance import pooled_tau  # noqa: E402
 
 
 def load(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def pooled_tau(rows: list[dict]) -> float:
-    """Mean acceptance length over rows, weighted by drafts (1 + sum accepted / sum drafts)."""
-    drafts = sum(r["drafts"] for r in rows)
-    accepted = sum(r["drafts"] * (r["mean_acceptance_length"] - 1) for r in rows)
-    return 1 + accepted / drafts if drafts else 0.0
 
 
 def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -> dict:
