@@ -262,3 +262,43 @@ def test_the_gate_takes_the_first_of_its_drafts_that_holds_a_checkpoint(tmp_path
     done = gate(str(a))
     assert done.returncode == 2 and f"no draft checkpoint at {a}" in done.stderr
     assert "third argument" not in done.stderr
+
+
+def evaluate_command(tmp_path, *args: str) -> str:
+    """The eval_acceptance.py command line smollm2_evaluate.sh builds from ARGS (python3 stubbed
+    to print its arguments; `python3 -m` fails, so env.sh installs no carried wheel)."""
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir(exist_ok=True)
+    stub.write_text('#!/bin/sh\n[ "$1" = -m ] && exit 1\necho "python3 $*"\n')
+    stub.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(GPU / "smollm2_evaluate.sh"), *args],
+        env=dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{stub.parent}:{os.environ['PATH']}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return next(ln for ln in done.stdout.splitlines() if "eval_acceptance.py" in ln)
+
+
+def test_the_evaluation_takes_its_temperatures_then_its_prompt_sets(tmp_path):
+    """--temperatures stops at the next option: it once swallowed `--domain` as a temperature."""
+    draft = tmp_path / "d"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    cmd = evaluate_command(
+        tmp_path,
+        "--temperatures",
+        "0",
+        "--domain",
+        "a=x.jsonl",
+        "--domain",
+        "b=y.jsonl",
+        f"dspark={draft}",
+    )
+    assert "--prompts a=x.jsonl b=y.jsonl --temperatures 0 --num-prompts" in cmd
+    assert f"--draft=dspark={draft}" in cmd and "smollm2_dspark.json" in cmd
+    cmd = evaluate_command(tmp_path, "--temperatures", "0", "1", f"dspark={draft}")
+    assert "humaneval=artifacts/smollm2-data/humaneval-heldout.jsonl --temperatures 0 1 " in cmd
+    assert "--prompts sharegpt=artifacts/smollm2-data/sharegpt-heldout.jsonl" in cmd
