@@ -38,7 +38,7 @@ SAMPLING_DEFAULTS = {
 BACKENDS = ("hf", "vllm", "auto")
 
 
-def _sampling(sampling: dict) -> dict:
+def checked_sampling(sampling: dict) -> dict:
     unknown = set(sampling) - set(SAMPLING_DEFAULTS)
     if unknown:
         raise ValueError(
@@ -124,7 +124,7 @@ def _chunks(rows, batch_size, tokenizer, template_kwargs, on_bad_row):
     return chunks, skipped
 
 
-def _pick_backend(backend: str, model) -> str:
+def pick_backend(backend: str, model) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     has_vllm = importlib.util.find_spec("vllm") is not None
@@ -170,13 +170,13 @@ def regenerate_responses(
     k, n = shard
     if not 0 <= k < n:
         raise ValueError(f"shard must be (k, n) with 0 <= k < n, got {shard}")
-    sampling = _sampling(sampling)
+    sampling = checked_sampling(sampling)
     if on_bad_row not in ("error", "skip"):
         raise ValueError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     out_path = os.fspath(out_path)
-    backend = _pick_backend(backend, model)
+    backend = pick_backend(backend, model)
     if isinstance(tokenizer, str | os.PathLike):
         from transformers import AutoTokenizer
 
