@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from train.data.regenerate import BACKENDS, checked_sampling, pick_backend
+from train.data.regenerate import BACKENDS, checked_sampling, open_generator, pick_backend
 
 MARK = "\x00user turn\x00"  # stands in for the user's words when the template is rendered
 REASONS = ("unfinished", "short", "long", "template", "repeat", "surplus")
@@ -152,8 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     from transformers import AutoTokenizer
 
-    from train.data.regen_backends import HFGenerator, VLLMGenerator
-
     tokenizer = AutoTokenizer.from_pretrained(a.target)
     prefix = user_turn_prefix(tokenizer)
     sampling = checked_sampling(
@@ -166,10 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     backend = pick_backend(a.backend, a.target)
     start = time.perf_counter()
-    generate = (
-        VLLMGenerator(a.target, tokenizer, sampling, cuda_graphs=a.vllm_cuda_graphs)
-        if backend == "vllm"
-        else HFGenerator(a.target, tokenizer, sampling)
+    generate = open_generator(
+        backend, a.target, tokenizer, sampling, {"cuda_graphs": a.vllm_cuda_graphs}
     )
     try:
         rows, report = write_prompts(

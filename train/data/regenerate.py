@@ -139,6 +139,14 @@ def pick_backend(backend: str, model) -> str:
     return backend
 
 
+def open_generator(backend: str, model, tokenizer, sampling: dict, vllm_options=None):
+    """The generator of `backend` ("hf" or "vllm", as `pick_backend` returns it) for `model`;
+    `vllm_options`: `VLLMGenerator`'s keyword arguments."""
+    if backend == "vllm":
+        return VLLMGenerator(model, tokenizer, sampling, **(vllm_options or {}))
+    return HFGenerator(model, tokenizer, sampling)
+
+
 def regenerate_responses(
     rows: Sequence[dict],
     model,
@@ -196,10 +204,7 @@ def regenerate_responses(
         if on_ready is not None:
             on_ready()
         return 0
-    if backend == "vllm":
-        generate = VLLMGenerator(model, tokenizer, sampling, **(vllm_options or {}))
-    else:
-        generate = HFGenerator(model, tokenizer, sampling)
+    generate = open_generator(backend, model, tokenizer, sampling, vllm_options)
     if on_ready is not None:
         on_ready()
     written = 0
