@@ -302,3 +302,28 @@ def test_the_evaluation_takes_its_temperatures_then_its_prompt_sets(tmp_path):
     cmd = evaluate_command(tmp_path, "--temperatures", "0", "1", f"dspark={draft}")
     assert "humaneval=artifacts/smollm2-data/humaneval-heldout.jsonl --temperatures 0 1 " in cmd
     assert "--prompts sharegpt=artifacts/smollm2-data/sharegpt-heldout.jsonl" in cmd
+
+
+def test_the_mix_names_the_first_sharegpt_prompts_its_drafts_read(tmp_path):
+    """--read N: the first N ShareGPT train prompts whose rows the mix holds, in the file's order;
+    one the regeneration left out (a, c) is skipped, so an evaluation on them meets no unread one."""
+    import json
+
+    def write(name, ids):
+        rows = [{"id": i, "messages": [{"role": "user", "content": i}]} for i in ids]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("sharegpt-train.jsonl", ["a", "b", "c", "d", "e"])
+    write("train.greedy.jsonl", ["e", "pystdlib/x", "b", "d"])
+    done = subprocess.run(
+        ["bash", str(GPU / "smollm2_mix.sh"), "--read", "2", "train.greedy.jsonl", "train.none.jsonl"],
+        env=dict(os.environ, SMOLLM2_DATA=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no rows in" in done.stderr and "train.none.jsonl, left out" in done.stderr
+    read = [json.loads(ln)["id"] for ln in (tmp_path / "sharegpt-read.jsonl").open()]
+    assert read == ["b", "d"] and "2 prompts the drafts read (2 unread skipped)" in done.stdout
+    assert len((tmp_path / "train.mix.jsonl").read_text().splitlines()) == 4
