@@ -305,8 +305,9 @@ def test_the_evaluation_takes_its_temperatures_then_its_prompt_sets(tmp_path):
 
 
 def test_the_mix_names_the_first_sharegpt_prompts_its_drafts_read(tmp_path):
-    """--read N: the first N ShareGPT train prompts whose rows the mix holds, in the file's order;
-    one the regeneration left out (a, c) is skipped, so an evaluation on them meets no unread one."""
+    """--read N: the first N ShareGPT train prompts whose rows the mix holds, in the file's
+    order; one the regeneration left out (a, c) is skipped, so an evaluation on them meets no
+    unread one."""
     import json
 
     def write(name, ids):
@@ -315,8 +316,9 @@ def test_the_mix_names_the_first_sharegpt_prompts_its_drafts_read(tmp_path):
 
     write("sharegpt-train.jsonl", ["a", "b", "c", "d", "e"])
     write("train.greedy.jsonl", ["e", "pystdlib/x", "b", "d"])
+    sources = ["train.greedy.jsonl", "train.none.jsonl"]
     done = subprocess.run(
-        ["bash", str(GPU / "smollm2_mix.sh"), "--read", "2", "train.greedy.jsonl", "train.none.jsonl"],
+        ["bash", str(GPU / "smollm2_mix.sh"), "--read", "2", *sources],
         env=dict(os.environ, SMOLLM2_DATA=str(tmp_path)),
         capture_output=True,
         text=True,
