@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -115,6 +116,15 @@ def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed:
     return {**added.report(), "per_prompt": per_prompt, "outputs": [ids for ids, _ in results]}
 
 
+def write_rows(path: str, rows: list[dict]) -> None:
+    """The report so far, replaced whole after every row: an evaluation cut short (a device
+    machine taken back mid-stage, 2026-12-07) keeps each (draft, temperature, domain) it finished,
+    and a reader never meets half a file."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(rows, indent=2))
+    os.replace(tmp, path)
+
+
 def shown_conditional(row: dict) -> str:
     """Per-position conditional acceptance, "-" where no round reached the position (a 0.00
     there would read as every draft rejected)."""
@@ -161,12 +171,14 @@ def main(argv=None) -> int:
         if heldout_prompts.skipped:
             print(f"skipped prompts over {a.max_prompt_tokens} tokens: {heldout_prompts.skipped}")
         for t in a.temperatures:
-            for dom, ps in sorted(prompts.items()):
+            for dom, ps in prompts.items():  # in the order given: the one that matters first
                 r = evaluate(engine, ps, t, a.max_tokens, a.seed)
                 r.pop("outputs")  # token ids: not part of the report
                 rows.append(
                     {"draft": name, "temperature": t, "domain": dom, "prompts": len(ps), **r}
                 )
+                if a.json:
+                    write_rows(a.json, rows)
                 print(
                     f"{name:>8} T={t:<4} {dom:>6} tau={r['mean_acceptance_length']:.3f} "
                     "cond=" + shown_conditional(r),
@@ -187,8 +199,6 @@ def main(argv=None) -> int:
             f"| {r['draft']} | {r['temperature']:g} | {r['domain']} | "
             f"{r['mean_acceptance_length']:.3f} | {ratio:.3f} | {shown} |"
         )
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -5,9 +5,10 @@
     paired_interval(pairs, stat)   # pairs: [(a_i, b_i)], stat: list of pairs -> float
     tau_ratio_interval(rows, base_rows)   # two drafts' eval_acceptance.py rows, prompt by prompt
 
-    python scripts/paired_interval.py EVAL.json DRAFT BASE   # DRAFT's tau over BASE's, a table:
-        # each temperature and domain, then pooled over the domains (eval_acceptance.py --json;
-        # its own table divides by the first draft it ran)
+    python scripts/paired_interval.py EVAL.json DRAFT BASE [--pool DOMAIN...]   # DRAFT's tau
+        # over BASE's, a table: each temperature and domain, then pooled over the domains (those
+        # named by --pool only; eval_acceptance.py --json; its own table divides by the first
+        # draft it ran)
 
 Seeded, so a rerun of a table prints the same interval. It covers the spread between items
 within one run of each, not what moves a whole run (another machine, another session).
@@ -70,9 +71,12 @@ def shown(ci: dict) -> str:
     return f"{ci['value']:.3f} | {ci['low']:.3f} | {ci['high']:.3f}"
 
 
-def ratio_table(rows: list[dict], draft: str, base: str) -> list[str]:
+def ratio_table(
+    rows: list[dict], draft: str, base: str, pool: Sequence[str] | None = None
+) -> list[str]:
     """Markdown lines: `draft`'s tau over `base`'s with its interval, for each temperature and
-    domain both were evaluated on, then pooled over the domains of each temperature."""
+    domain both were evaluated on, then pooled over the domains of each temperature (only those
+    in `pool` where given: e.g. the held-out ones, not a set of prompts the drafts trained on)."""
     ours = [r for r in rows if r["draft"] == draft]
     theirs = [r for r in rows if r["draft"] == base]
     if not ours or not theirs:
@@ -89,9 +93,11 @@ def ratio_table(rows: list[dict], draft: str, base: str) -> list[str]:
                 f"| {t:g} | {r['domain']} | {r['mean_acceptance_length']:.3f} | "
                 f"{b['mean_acceptance_length']:.3f} | {shown(ci)} |"
             )
-        if len(here) > 1:
-            ci = tau_ratio_interval(here, [by_key[(t, r["domain"])] for r in here])
-            lines.append(f"| {t:g} | pooled | - | - | {shown(ci)} |")
+        pooled = [r for r in here if pool is None or r["domain"] in pool]
+        if len(pooled) > 1:
+            ci = tau_ratio_interval(pooled, [by_key[(t, r["domain"])] for r in pooled])
+            name = "pooled" if pool is None else f"pooled ({', '.join(sorted(pool))})"
+            lines.append(f"| {t:g} | {name} | - | - | {shown(ci)} |")
     return lines
 
 
@@ -100,10 +106,13 @@ def main(argv=None) -> int:
     ap.add_argument("eval_json", help="scripts/eval_acceptance.py --json output, with per_prompt")
     ap.add_argument("draft")
     ap.add_argument("base")
+    ap.add_argument(
+        "--pool", nargs="+", metavar="DOMAIN", help="pool these domains only (default: all)"
+    )
     a = ap.parse_args(argv)
     with open(a.eval_json) as f:
         rows = json.load(f)
-    print("\n".join(ratio_table(rows, a.draft, a.base)))
+    print("\n".join(ratio_table(rows, a.draft, a.base, a.pool)))
     return 0
 
 

@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.paired_interval import tau_ratio_interval  # noqa: E402
 from scripts.plot_acceptance import pooled_tau  # noqa: E402
 
+HELDOUT_DOMAINS = ("sharegpt", "humaneval")  # smollm2_evaluate.sh's default prompt sets
+
 
 def load(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
@@ -45,9 +47,12 @@ def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -
     put("tau_t1_sharegpt", engine_tau("dspark", 1.0, "sharegpt"), ev_path)
     put("tau_t0_humaneval", engine_tau("dspark", 0.0, "humaneval"), ev_path)
     put("tau_t1_humaneval", engine_tau("dspark", 1.0, "humaneval"), ev_path)
+    # Pooled over the held-out domains: an evaluation may also hold prompts the drafts trained
+    # on (smollm2_evaluate.sh --domain sharegpt_read=...), which no held-out figure includes.
+    held = [r for r in ev if r["domain"] in HELDOUT_DOMAINS]
     for t, key in ((0.0, "dspark_over_dflash_t0"), (1.0, "dspark_over_dflash_t1")):
-        ds = [r for r in ev if r["draft"] == "dspark" and r["temperature"] == t]
-        df = [r for r in ev if r["draft"] == "dflash" and r["temperature"] == t]
+        ds = [r for r in held if r["draft"] == "dspark" and r["temperature"] == t]
+        df = [r for r in held if r["draft"] == "dflash" and r["temperature"] == t]
         put(key, pooled_tau(ds) / pooled_tau(df) if ds and df else None, ev_path)
         # Its paired 95% interval over the prompts, where the rows kept each prompt's rounds.
         ci = tau_ratio_interval(ds, df) if ds and df else None

@@ -78,3 +78,30 @@ def test_ratio_table_divides_by_the_named_base_per_domain_and_pooled(tmp_path, c
     assert "| 0 | pooled | - | - | 0.816 | " in capsys.readouterr().out
     with pytest.raises(SystemExit, match="eagle"):
         ratio_table(evals, "dspark", "eagle")
+
+
+def test_the_pooled_row_takes_only_the_domains_named(capsys, tmp_path):
+    """A set of prompts the drafts trained on (sharegpt_read) is shown on its own row but left
+    out of a pooled held-out figure when --pool names the held-out domains."""
+    a = {"sharegpt": [[10, 10], [10, 0]], "humaneval": [[4, 4]], "sharegpt_read": [[5, 20]]}
+    b = {"sharegpt": [[10, 5], [10, 0]], "humaneval": [[4, 2]], "sharegpt_read": [[20, 5]]}
+    evals = rows("dflash", b) + rows("dspark", a)
+    for r in evals:
+        r["mean_acceptance_length"] = tau_of_prompts(r["per_prompt"])
+    lines = ratio_table(evals, "dspark", "dflash", pool=["sharegpt", "humaneval"])
+    by_domain = {line.split(" | ")[1]: line.split(" | ") for line in lines[2:]}
+    assert set(by_domain) == {
+        "humaneval",
+        "sharegpt",
+        "sharegpt_read",
+        "pooled (humaneval, sharegpt)",
+    }
+    two = float(by_domain["pooled (humaneval, sharegpt)"][4])
+    assert two == pytest.approx((1 + 14 / 24) / (1 + 7 / 24), abs=5e-4)
+    every = ratio_table(evals, "dspark", "dflash")[2:]
+    everything = {ln.split(" | ")[1]: ln.split(" | ") for ln in every}
+    assert float(everything["pooled"][4]) == pytest.approx((1 + 34 / 29) / (1 + 12 / 44), abs=5e-4)
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps(evals))
+    assert main([str(path), "dspark", "dflash", "--pool", "sharegpt", "humaneval"]) == 0
+    assert "| 0 | pooled (humaneval, sharegpt) | - | - | 1.226 | " in capsys.readouterr().out

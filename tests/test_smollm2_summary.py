@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from scripts.smollm2_summary import summary
 
 
@@ -26,3 +28,32 @@ def test_speedups_carry_their_paired_interval_and_missing_files_are_null(tmp_pat
     assert out["vllm_speedup_b8"] == 1.2 and "vllm_speedup_b8_ci95" not in out
     assert out["vllm_speedup_b32"] is None and out["vllm_speedup_b32_source"] == src
     assert out["tau_t0_sharegpt"] is None and out["analytic_tau_sharegpt"] is None
+
+
+def test_the_ratio_pools_the_heldout_domains_only(tmp_path):
+    """Rows on prompts the drafts read (sharegpt_read) do not enter dspark_over_dflash_*."""
+
+    def row(draft, domain, drafts, accepted):
+        tau = 1 + accepted / drafts
+        return {
+            "draft": draft,
+            "temperature": 0.0,
+            "domain": domain,
+            "drafts": drafts,
+            "per_position_rate": [accepted / drafts / 2] * 2,
+            "mean_acceptance_length": tau,
+            "per_prompt": [[drafts, accepted]],
+        }
+
+    ev = [
+        row("dspark", "sharegpt", 10, 12),
+        row("dspark", "humaneval", 10, 14),
+        row("dspark", "sharegpt_read", 10, 60),
+        row("dflash", "sharegpt", 10, 10),
+        row("dflash", "humaneval", 10, 10),
+        row("dflash", "sharegpt_read", 10, 10),
+    ]
+    (tmp_path / "smollm2_dspark_vs_dflash.json").write_text(json.dumps(ev))
+    out = summary(tmp_path, None)
+    assert out["dspark_over_dflash_t0"] == pytest.approx((1 + 26 / 20) / (1 + 20 / 20))
+    assert out["tau_t0_sharegpt"] == pytest.approx(2.2)
