@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from train.data.packaged import write_jsonl
 from train.data.regenerate import BACKENDS, checked_sampling, open_generator, pick_backend
 
 MARK = "\x00user turn\x00"  # stands in for the user's words when the template is rendered
@@ -187,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=round(time.perf_counter() - start, 1),
     )
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
-    )
+    write_jsonl(rows, tmp)
     os.replace(tmp, out)
     Path(f"{out}.report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(

@@ -8,7 +8,8 @@
 set -euo pipefail; cd "$(dirname "$0")/../.."; source scripts/gpu/env.sh
 COUNT="${1:-16000}" BACKEND="${SELF_BACKEND:-vllm}" D=artifacts/smollm2-data
 wait_for_files 300 artifacts/smollm2-135m-instruct/prepare_summary.json
-[ "$BACKEND" = vllm ] && { wait_for_vllm; GRAPHS=--vllm-cuda-graphs; BATCH=4096; } || { GRAPHS=; BATCH=8; }
+GRAPHS="" BATCH=8
+if [ "$BACKEND" = vllm ]; then wait_for_vllm; GRAPHS=--vllm-cuda-graphs BATCH=4096; fi
 mkdir -p $D; t0=$SECONDS
 rc=0  # a short run (exit 1) still copies what it wrote and its report
 python3 -m train.self_prompts --target artifacts/smollm2-135m-instruct --out $D/self-train.jsonl \
