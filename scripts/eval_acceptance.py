@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.atomic_file import write_whole  # noqa: E402
 from scripts.paired_interval import tau_ratio_interval  # noqa: E402
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
@@ -120,9 +120,7 @@ def write_rows(path: str, rows: list[dict]) -> None:
     """The report so far, replaced whole after every row: an evaluation cut short (a device
     machine taken back mid-stage, 2026-12-07) keeps each (draft, temperature, domain) it finished,
     and a reader never meets half a file."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(rows, indent=2))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(rows, indent=2))
 
 
 def shown_conditional(row: dict) -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from common.atomic_file import write_whole
+
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
@@ -51,9 +53,7 @@ def save_compile_cache(path: str | os.PathLike) -> str:
             return f"[distill] compile cache {p}: nothing compiled, not written"
         data, info = out
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, p)  # a reader never sees half a file
+        write_whole(p, data)  # a reader never sees half a file
     except Exception as e:
         return f"[distill] compile cache {p} not written ({type(e).__name__}: {e})"
     return f"[distill] compile cache {p}: {_count(info)} artifacts written ({_mib(len(data))})"

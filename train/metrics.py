@@ -11,6 +11,7 @@ import os
 import uuid
 from pathlib import Path
 
+from common.atomic_file import write_whole
 from train.state import clear_leftovers
 
 
@@ -26,9 +27,7 @@ class RunLogger:
         clear_leftovers(output_dir, (f".{self.path.name}.tmp-*",))
         if self.path.exists():
             keep = [ln for ln in self.path.read_text().splitlines() if _step(ln) <= resume_step]
-            tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
-            os.replace(tmp, self.path)
+            write_whole(self.path, "".join(ln + "\n" for ln in keep))
         if lcfg.backend == "wandb":
             import wandb
 

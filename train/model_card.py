@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from common.atomic_file import write_whole
 from common.checkpoint import PROVENANCE_NAME, read_config
 from common.config import DSparkConfig
 from common.spec_config import speculative_config
@@ -85,11 +86,7 @@ def write_model_card(
         per_position_acceptance=acc,
         provenance=_read_provenance(ckpt),
     )
-    out = ckpt / CARD_NAME
-    tmp = ckpt / f".{CARD_NAME}.tmp-{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)  # never a half-written card in a folder that may be pushed
-    return out
+    return write_whole(ckpt / CARD_NAME, text)  # never half a card in a folder that may be pushed
 
 
 def render_model_card(

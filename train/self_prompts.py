@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from common.atomic_file import replaced_whole, write_whole
 from train.data.packaged import write_jsonl
 from train.data.regenerate import BACKENDS, checked_sampling, open_generator, pick_backend
 
@@ -187,10 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         sampling=sampling,
         seconds=round(time.perf_counter() - start, 1),
     )
-    tmp = out.with_name(out.name + ".tmp")
-    write_jsonl(rows, tmp)
-    os.replace(tmp, out)
-    Path(f"{out}.report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    with replaced_whole(out) as tmp:
+        write_jsonl(rows, tmp)
+    write_whole(f"{out}.report.json", json.dumps(report, indent=1) + "\n")
     print(
         f"[self_prompts] {report['kept']} of {report['asked']} prompts from {report['sampled']} "
         f"samples in {report['seconds']} s; dropped {report['dropped']} -> {out}"

@@ -25,13 +25,13 @@ Anchors are drawn from generators keyed by (seed, step, row), so no extra RNG is
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 
 import torch
 
+from common.atomic_file import write_whole
 from common.checkpoint import check_free_space, replace_dir
 from train.setup import SetupError
 
@@ -76,13 +76,7 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def mark_last_good(output_dir: Path, ckpt: Path) -> None:
-    root = output_dir / "checkpoints"
-    tmp = root / f".{LAST_GOOD_NAME}.tmp-{os.getpid()}"
-    try:
-        tmp.write_text(ckpt.name + "\n")
-        os.replace(tmp, root / LAST_GOOD_NAME)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_whole(output_dir / "checkpoints" / LAST_GOOD_NAME, ckpt.name + "\n")
 
 
 def clear_leftovers(parent: Path, patterns) -> list[str]:

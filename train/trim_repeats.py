@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from transformers import AutoTokenizer
+
+from common.atomic_file import write_whole
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -110,11 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     summary_in = Path(f"{src}.summary.json")
     summary = json.loads(summary_in.read_text()) if summary_in.exists() else {}
     summary["trimmed_repeats"] = {"source": str(src), **stats}
-    tmp, tmp_summary = Path(f"{dst}.tmp"), Path(f"{dst}.summary.json.tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
-    tmp_summary.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp_summary, f"{dst}.summary.json")
-    os.replace(tmp, dst)
+    write_whole(f"{dst}.summary.json", json.dumps(summary, indent=2))
+    write_whole(dst, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
     print(
         f"trim_repeats: {stats['answers_cut']} of {stats['answers']} answers cut at their first "
         f"repeated {a.ngram}-gram; {stats['answer_tokens_after']:,} of "

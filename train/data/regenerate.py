@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from tqdm.auto import tqdm
 
+from common.atomic_file import replaced_whole
 from train.data.regen_backends import HFGenerator, VLLMGenerator
 from train.data.rows import BadRowError, normalize_row
 
@@ -252,6 +253,10 @@ def shard_path(out_path: str | os.PathLike, k: int, n: int) -> str:
     return f"{os.fspath(out_path)}.shard{k}-of-{n}"
 
 
+def _row_index(line: str) -> int:
+    return int(json.loads(line)["row_index"])
+
+
 def seed_shard(out_path: str | os.PathLike, k: int, n: int, batch_size: int) -> str:
     """Shard k's own file beside `out_path`; made on first use from the rows `out_path` already
     holds for that shard (answers restored from an earlier session), so the shard resumes after
@@ -259,11 +264,13 @@ def seed_shard(out_path: str | os.PathLike, k: int, n: int, batch_size: int) -> 
     part = shard_path(out_path, k, n)
     if os.path.exists(part) or not os.path.exists(out_path):
         return part
-    with open(out_path, encoding="utf-8") as src, open(part + ".tmp", "w", encoding="utf-8") as dst:
-        for line in src:
-            if line.endswith("\n") and shard_of(json.loads(line)["row_index"], batch_size, n) == k:
-                dst.write(line)
-    os.replace(part + ".tmp", part)
+    with (
+        open(out_path, encoding="utf-8") as src,
+        replaced_whole(part) as tmp,
+        open(tmp, "w", encoding="utf-8") as dst,
+    ):
+        whole = (ln for ln in src if ln.endswith("\n"))  # a torn last line is redone
+        dst.writelines(ln for ln in whole if shard_of(_row_index(ln), batch_size, n) == k)
     return part
 
 
@@ -274,7 +281,7 @@ def join_shards(out_path: str | os.PathLike, n: int) -> dict:
     out_path = os.fspath(out_path)
     sources = [out_path] + [shard_path(out_path, k, n) for k in range(n)]
     seen, counts = set(), {}
-    with open(out_path + ".tmp", "w", encoding="utf-8") as dst:
+    with replaced_whole(out_path) as tmp, open(tmp, "w", encoding="utf-8") as dst:
         for src in sources:
             if not os.path.exists(src):
                 continue
@@ -283,13 +290,12 @@ def join_shards(out_path: str | os.PathLike, n: int) -> dict:
                 for line in f:
                     if not line.endswith("\n"):
                         continue  # a torn last line: the shard's rerun would redo it
-                    i = int(json.loads(line)["row_index"])
+                    i = _row_index(line)
                     if i not in seen:
                         seen.add(i)
                         dst.write(line)
                         added += 1
             counts[src] = added
-    os.replace(out_path + ".tmp", out_path)
     for src in sources[1:]:
         if os.path.exists(src):
             os.remove(src)
