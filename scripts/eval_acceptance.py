@@ -147,10 +147,10 @@ def main(argv=None) -> int:
     add_runtime_args(ap)
     a = parse_runtime_args(ap, argv)
     files = parse_prompt_files(a.prompts)
-    rows = []
-    for spec in a.draft:
+    engines = {}
+    for spec in a.draft:  # all loaded first: each (temperature, prompt set) runs every draft
         name, ckpt = spec.split("=", 1)
-        engine = Engine.from_options(
+        engines[name] = Engine.from_options(
             EngineOptions(
                 target=a.target,
                 checkpoint=ckpt,
@@ -163,13 +163,16 @@ def main(argv=None) -> int:
                 seed=a.seed,
             )
         )
-        prompts = heldout_prompts(
-            a.target, engine.tokenizer, a.num_prompts, files, a.max_prompt_tokens
-        )
-        if heldout_prompts.skipped:
-            print(f"skipped prompts over {a.max_prompt_tokens} tokens: {heldout_prompts.skipped}")
-        for t in a.temperatures:
-            for dom, ps in prompts.items():  # in the order given: the one that matters first
+    tokenizer = next(iter(engines.values())).tokenizer  # one target, one tokenizer
+    prompts = heldout_prompts(a.target, tokenizer, a.num_prompts, files, a.max_prompt_tokens)
+    if heldout_prompts.skipped:
+        print(f"skipped prompts over {a.max_prompt_tokens} tokens: {heldout_prompts.skipped}")
+    rows = []
+    # Every draft on one prompt set before the next, the sets in the order given (the criterion's
+    # first): an evaluation cut short keeps whole pairs, the one that matters first.
+    for t in a.temperatures:
+        for dom, ps in prompts.items():
+            for name, engine in engines.items():
                 r = evaluate(engine, ps, t, a.max_tokens, a.seed)
                 r.pop("outputs")  # token ids: not part of the report
                 rows.append(

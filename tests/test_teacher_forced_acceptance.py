@@ -285,42 +285,38 @@ def test_eval_acceptance_drafts_fewer_a_round_with_num_spec(trained, tmp_path):
         eval_acceptance([*args, "--num-spec", "5", "--device", "cpu"])
 
 
-def test_eval_acceptance_keeps_the_rows_it_finished_in_the_order_given(
+def test_eval_acceptance_keeps_the_pairs_it_finished_in_the_order_given(
     trained, tmp_path, monkeypatch
 ):
-    """Domains run in the order --prompts names them (the criterion's first), and the report is
-    written after every row: an evaluation that dies on its second domain (a machine taken back
-    mid-stage) leaves the first one's row, whole, in --json."""
+    """Every draft runs on a prompt set before the next set, the sets in the order --prompts names
+    them (the criterion's first), and the report is written after every row: an evaluation that
+    dies on the second set (a machine taken back mid-stage) leaves the first set's pair, whole,
+    in --json."""
     import scripts.eval_acceptance as ev
 
     target, ckpt, held = trained
     out = tmp_path / "rows.json"
-    args = [
-        "--target",
-        str(target),
-        "--draft",
-        f"d={ckpt}",
-        "--prompts",
-        f"zz={held}",
-        f"aa={held}",
-    ]
-    args += ["--temperatures", "0", "--num-prompts", "4", "--max-tokens", "8", "--threads", "1"]
+    args = ["--target", str(target), "--draft", f"d={ckpt}", "--draft", f"e={ckpt}"]
+    args += ["--prompts", f"zz={held}", f"aa={held}", "--temperatures", "0"]
+    args += ["--num-prompts", "4", "--max-tokens", "8", "--threads", "1"]
     args += ["--device", "cpu", "--json", str(out)]
     assert ev.main(args) == 0
-    assert [r["domain"] for r in json.loads(out.read_text())] == ["zz", "aa"]
+    done = [(r["domain"], r["draft"]) for r in json.loads(out.read_text())]
+    assert done == [("zz", "d"), ("zz", "e"), ("aa", "d"), ("aa", "e")]
     real, calls = ev.evaluate, []
 
-    def dies_on_the_second(*a, **k):
+    def dies_on_the_second_set(*a, **k):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == 3:
             raise RuntimeError("machine taken back")
         return real(*a, **k)
 
-    monkeypatch.setattr(ev, "evaluate", dies_on_the_second)
+    monkeypatch.setattr(ev, "evaluate", dies_on_the_second_set)
     out.unlink()
     with pytest.raises(RuntimeError, match="taken back"):
         ev.main(args)
-    (row,) = json.loads(out.read_text())
-    assert (
-        row["domain"] == "zz" and row["prompts"] == 4 and not (tmp_path / "rows.json.tmp").exists()
-    )
+    rows = json.loads(out.read_text())
+    got = [(r["domain"], r["draft"], r["prompts"]) for r in rows]
+    assert got == [("zz", "d", 4), ("zz", "e", 4)]
+    assert rows[0]["mean_acceptance_length"] == rows[1]["mean_acceptance_length"]  # one draft
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.json"]
