@@ -17,6 +17,8 @@ GPU = REPO / "scripts" / "gpu"
 SCRIPTS = ("session.sh", "run_all.sh", "env.sh", "poll.sh", "vllm_install.sh")
 # What carry_pieces.py imports, at their places in the repo.
 MODULES = (
+    "common/__init__.py",
+    "common/atomic_file.py",
     "scripts/__init__.py",
     "scripts/gpu/carry_pieces.py",
     "scripts/gpu/check_carries.py",
