@@ -186,3 +186,16 @@ def test_prepare_data_cli_writes_gzip_that_load_rows_reads(sharegpt_file, tmp_pa
     capsys.readouterr()
     assert prepare_data_main(["humaneval", "--out", str(out), "--file", str(tmp_path / "no")]) == 2
     assert str(tmp_path / "no") in capsys.readouterr().err
+
+
+def test_write_jsonl_gzips_by_the_destination_not_the_temp_name(tmp_path):
+    rows = [{"id": "a", "text": "é"}, {"id": "b"}]
+    pk.write_jsonl(rows, tmp_path / "x.jsonl.gz")  # gz unset: the suffix decides
+    tmp = tmp_path / ".y.jsonl.gz.tmp-1"  # a temp file beside a .gz destination
+    pk.write_jsonl(rows, tmp, gz=True)
+    plain = tmp_path / "z.jsonl"
+    pk.write_jsonl(rows, plain)
+    for p in (tmp_path / "x.jsonl.gz", tmp):
+        with gzip.open(p, "rt", encoding="utf-8") as f:
+            assert [json.loads(ln) for ln in f] == rows
+    assert [json.loads(ln) for ln in plain.read_text(encoding="utf-8").splitlines()] == rows

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=round(time.perf_counter() - start, 1),
     )
     with replaced_whole(out) as tmp:
-        write_jsonl(rows, tmp)
+        write_jsonl(rows, tmp, gz=out.suffix == ".gz")
     write_whole(f"{out}.report.json", json.dumps(report, indent=1) + "\n")
     print(
         f"[self_prompts] {report['kept']} of {report['asked']} prompts from {report['sampled']} "

@@ -112,8 +112,10 @@ def build_splits(name: str, opts: dict, file: str | None = None, progress: bool 
     return splits, report
 
 
-def write_jsonl(rows: list[dict], path: Path) -> None:
-    opener = gzip.open if path.suffix == ".gz" else open
+def write_jsonl(rows: list[dict], path: Path, gz: bool | None = None) -> None:
+    """One JSON object a line; gzipped if `gz` (None: if PATH ends in .gz; a temp file beside a
+    .gz destination passes the destination's choice)."""
+    opener = gzip.open if (path.suffix == ".gz" if gz is None else gz) else open
     with opener(path, "wt", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
