@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
+# The head types stock vLLM builds (its loader refuses the others at start-up).
+VLLM_MARKOV_HEAD_TYPES = ("vanilla",)
 DEFAULT_NUM_TARGET_LAYERS = 5
 
 

@@ -26,7 +26,7 @@ from common.checkpoint_files import (
     read_config,
     shared_with_target,
 )
-from common.config import ConfigError, DSparkConfig
+from common.config import VLLM_MARKOV_HEAD_TYPES, ConfigError, DSparkConfig
 from common.model import DSparkDraftModel
 from common.vocab import check_vocab_map
 
@@ -124,9 +124,10 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
     except (ConfigError, KeyError, TypeError) as e:
         return [*problems, f"config.json does not describe a valid DSpark draft: {e}"]
     problems += _layout_problems(raw, cfg, d)
-    if require_vllm_servable and cfg.markov_head_type != "vanilla":
+    if require_vllm_servable and cfg.markov_head_type not in VLLM_MARKOV_HEAD_TYPES:
         problems.append(
-            f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only 'vanilla' "
+            f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only "
+            f"{' / '.join(VLLM_MARKOV_HEAD_TYPES)} "
             "(serve gated/rnn with the embedded engine or a vLLM model plugin)"
         )
     with torch.device("meta"):

@@ -31,7 +31,7 @@ import torch
 if __package__ in (None, ""):  # run as a file: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.config import DSparkConfig  # noqa: E402
+from common.config import MARKOV_HEAD_TYPES, DSparkConfig  # noqa: E402
 from common.model import DSparkDraftModel  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -50,7 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--target-layers", type=int, default=5, help="captured target layers L")
     ap.add_argument("--vocab", type=int, default=1024, help="target = draft vocab for the test")
     ap.add_argument("--markov-rank", type=int, default=32)
-    ap.add_argument("--markov-head", default="vanilla", choices=["vanilla", "gated", "rnn"])
+    ap.add_argument("--markov-head", default="vanilla", choices=MARKOV_HEAD_TYPES)
     ap.add_argument("--block", type=int, default=7, help="block size B")
     ap.add_argument("--anchors", type=int, default=32, help="anchor blocks per sequence A")
     ap.add_argument("--seq", type=int, default=256, help="sequence length T")

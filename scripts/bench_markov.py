@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.config import DSparkConfig  # noqa: E402
+from common.config import MARKOV_HEAD_TYPES, DSparkConfig  # noqa: E402
 from common.model import DSparkDraftModel  # noqa: E402
 from common.sampling.markov_walk import markov_walk  # noqa: E402
 
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=256)
     ap.add_argument("--hidden", type=int, default=256, help="draft hidden (heads only)")
     ap.add_argument("--topk", type=int, default=64)
-    ap.add_argument("--head", default="vanilla", choices=["vanilla", "gated", "rnn"])
+    ap.add_argument("--head", default="vanilla", choices=MARKOV_HEAD_TYPES)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--cuda-graph", action="store_true", help="also time graph-captured loops")

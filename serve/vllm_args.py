@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from common.config import DSparkConfig
+from common.config import VLLM_MARKOV_HEAD_TYPES, DSparkConfig
 from common.spec_config import has_feature
 from serve.launch_config import LaunchRefused, ServeCfg
 
@@ -143,10 +143,11 @@ def resolve_num_speculative_tokens(
 
 def check_markov_head(cfg: DSparkConfig) -> None:
     """Stock vLLM builds only a vanilla Markov head; its loader refuses a gated/rnn one."""
-    if cfg.markov_head_type != "vanilla":
+    if cfg.markov_head_type not in VLLM_MARKOV_HEAD_TYPES:
         raise LaunchRefused(
-            f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only 'vanilla' Markov "
-            "heads (its loader refuses this one at start-up). Serve it with engine=embedded."
+            f"markov_head_type={cfg.markov_head_type!r}: stock vLLM serves only "
+            f"{' / '.join(VLLM_MARKOV_HEAD_TYPES)} Markov heads (its loader refuses this one at "
+            "start-up). Serve it with engine=embedded."
         )
 
 

@@ -8,13 +8,14 @@ import itertools
 import pytest
 import torch
 
+from common.config import MARKOV_HEAD_TYPES
 from common.model import inference_block_mask
 from common.model.layers import RMSNorm, rope
 from tests.conftest import tiny_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-HEADS = ("vanilla", "gated", "rnn")
+HEADS = MARKOV_HEAD_TYPES
 
 
 # ---------------------------------------------------------------- layers

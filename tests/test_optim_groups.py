@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 
+from common.config import MARKOV_HEAD_TYPES
 from tests.dist.tiny import tiny_model
 from tests.test_distill import _train_losses, fast
 from train.config_io import BadConfig, compose_config
@@ -36,7 +37,7 @@ def test_scale_one_keeps_one_group_of_every_trainable_parameter():
     assert [id(p) for p in group["params"]] == [id(p) for p in trainable]
 
 
-@pytest.mark.parametrize("head", ["vanilla", "gated", "rnn"])
+@pytest.mark.parametrize("head", MARKOV_HEAD_TYPES)
 def test_the_markov_head_gets_its_own_rate(head):
     model = tiny_model(markov_head_type=head)
     rest, markov = param_groups(model, model.markov_head, 2e-4, 10.0)

@@ -20,6 +20,7 @@ import torch
 from scipy import stats
 
 import common.sampling.verify as verify_mod
+from common.config import MARKOV_HEAD_TYPES
 from common.sampling.adaptive import SPSTable, plan_verify_lengths
 from common.sampling.draft_probs import DraftProbs
 from common.sampling.markov_walk import markov_walk
@@ -213,7 +214,7 @@ def test_greedy_speculative_decoding_is_target_greedy():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("head", ["vanilla", "gated", "rnn"])
+@pytest.mark.parametrize("head", MARKOV_HEAD_TYPES)
 @pytest.mark.parametrize("anchor", [True, False])
 @pytest.mark.parametrize("dv", [None, 4])
 @pytest.mark.parametrize("adaptive", [False, True])

@@ -3,12 +3,13 @@
 import pytest
 import torch
 
+from common.config import MARKOV_HEAD_TYPES
 from common.sampling.draft_probs import DraftProbs
 from common.sampling.gumbel import Stream, gumbel_sample
 from common.sampling.markov_walk import markov_walk
 from tests.dist.tiny import single_thread, tiny_model  # noqa: F401
 
-HEADS = ["vanilla", "gated", "rnn"]
+HEADS = MARKOV_HEAD_TYPES
 
 
 def _inputs(model, R, seed=0, temp=0.8):

@@ -23,7 +23,7 @@ from typing import Any
 
 from common.atomic_file import write_whole
 from common.checkpoint import PROVENANCE_NAME, read_config
-from common.config import DSparkConfig
+from common.config import VLLM_MARKOV_HEAD_TYPES, DSparkConfig
 from common.spec_config import speculative_config
 
 CARD_NAME = "README.md"
@@ -139,11 +139,11 @@ def render_model_card(
         "- With tensor parallelism add `-tp N --enable-batch-sharded-sampling` "
         "(needs `max_num_seqs >= N`)."
     )
-    if cfg.markov_head_type != "vanilla":
+    if cfg.markov_head_type not in VLLM_MARKOV_HEAD_TYPES:
         lines.append(
             f"- **Note:** the `{cfg.markov_head_type}` Markov head is not served by stock vLLM "
-            "(only `vanilla` is): serve it with a vLLM model plugin or this repository's embedded "
-            "engine."
+            f"(it builds {' / '.join(VLLM_MARKOV_HEAD_TYPES)}): serve it with a vLLM model plugin "
+            "or this repository's embedded engine."
         )
     lines += [
         "",

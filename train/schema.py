@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.config import MARKOV_HEAD_TYPES
+
 
 @dataclass
 class TargetCfg:
@@ -200,7 +202,7 @@ class DistillCfg:
 
 CHOICES = {
     "target.dtype": ("auto", "float32", "bfloat16", "float16"),
-    "draft.markov_head_type": ("vanilla", "gated", "rnn"),
+    "draft.markov_head_type": MARKOV_HEAD_TYPES,
     "data.packing": ("pack", "bucket"),
     "data.on_bad_row": ("skip", "error"),
     "data.regenerate.backend": ("auto", "hf", "vllm"),

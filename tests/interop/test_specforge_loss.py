@@ -23,6 +23,7 @@ from specforge.modeling.draft.dspark import (
 from specforge.modeling.draft.dspark import DSparkDraftModel as SpecForgeDraft
 from torch import nn
 
+from common.config import MARKOV_HEAD_TYPES
 from common.model.draft import TrainForward
 from tests.conftest import tiny_model
 from train.loss import block_targets, distill_loss
@@ -164,7 +165,7 @@ def close(a, b):
     )
 
 
-@pytest.mark.parametrize("kind", ["vanilla", "gated", "rnn"])
+@pytest.mark.parametrize("kind", MARKOV_HEAD_TYPES)
 def test_loss_terms_equal_specforge(kind):
     ours, sf = ours_and_specforge(kind, confidence_detach=False)
     tg = ours["tg"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from common.config import MARKOV_HEAD_TYPES, VLLM_MARKOV_HEAD_TYPES
 from tests.tiny import checkpoint_tensors, write_draft
 from tests.vllm import harness as H
 
@@ -196,7 +197,7 @@ def test_load_dspark_model_shares_target_weights(random_target, vllm_workdir, va
     H.assert_close(draft.model.embed_input_ids(ids), ours.embed_tokens(ids), "embedding", 0.0, 0.0)
 
 
-@pytest.mark.parametrize("kind", ["gated", "rnn"])
+@pytest.mark.parametrize("kind", [t for t in MARKOV_HEAD_TYPES if t not in VLLM_MARKOV_HEAD_TYPES])
 def test_non_vanilla_markov_head_is_refused_by_stock_vllm(random_target, vllm_workdir, kind):
     """Stock vLLM builds only the vanilla head: a gated/rnn checkpoint fails loudly at load (its
     extra head weights have no vLLM parameter); `serve.check --vllm` says so before launch."""
