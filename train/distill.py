@@ -37,6 +37,7 @@ from train.setup import (
     vocab_map_for,
 )
 from train.state import latest_checkpoint
+from train.stop_signals import RunStopped
 from train.trainer import Trainer
 from train.warm_start import warm_start, warmup_note
 
@@ -235,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(cfg)
+    except RunStopped as e:
+        print(f"[distill] {e}", file=sys.stderr)
+        return e.exit_code
     except (SetupError, ConfigError, FloatingPointError, *_data_errors()) as e:
         print(f"[distill] cannot start: {e}", file=sys.stderr)
         return 2

@@ -19,12 +19,17 @@ batches are skipped (counted as `bad_batches` in the train metrics, each logged 
 with its rows); the next one stops the run with `TrainingDiverged` naming the step and the training
 rows, after saving (or re-marking) the state before that step as `LAST_GOOD`, so `resume=true`
 continues from there exactly.
+
+Signals: SIGTERM or SIGINT during `fit` (a preempted job, Ctrl-C) stop the run after the step
+under way, agreed over ranks in the same flags sync, with that step's state saved; evaluations
+still due and the export are skipped (`train.stop_signals`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import time
 from dataclasses import dataclass
 
@@ -52,6 +57,7 @@ from train.state import (
     mark_last_good,
     save_checkpoint_state,
 )
+from train.stop_signals import RunStopped, StopSignals, agreed_signal
 from train.vocab_loss import plan_rows
 from train.walk_anchors import walk_anchors
 
@@ -143,6 +149,8 @@ class Trainer:
         self.eval_batch_s: list[float] = []  # the last evaluation's seconds per batch
         self._iter = None
         self._ahead: Drawn | None = None  # the next step's batches, drawn during this one
+        self.signals = StopSignals()  # installed by `fit`
+        self.stop_for: int | None = None  # a signal every rank agreed to stop for
         ckpt = latest_checkpoint(output_dir) if cfg.resume else None
         if ckpt is not None:
             state = load_checkpoint_state(accelerator, ckpt, fingerprint)
@@ -311,13 +319,16 @@ class Trainer:
         # The next step's batches, anchors and loss rows: host work done while the device runs
         # this step (their syncs wait for its backward, as the flags' sync below would).
         self._ahead = self._draw(self.step + 1)
-        flags = torch.stack(
+        stops = torch.tensor(self.signals.flags(), device=finite.device)
+        flags = torch.cat(
             [
-                self.acc.reduce(finite, reduction="sum"),
-                target_finite.float(),
-                torch.as_tensor(grad_norm, device=finite.device).float(),
+                self.acc.reduce(finite, reduction="sum")[None],
+                target_finite.float()[None],
+                torch.as_tensor(grad_norm, device=finite.device).float()[None],
+                self.acc.reduce(stops, reduction="sum"),
             ]
         ).tolist()
+        self.stop_for = agreed_signal(flags[3:])
         require_finite_target(flags[1])
         # One rank's bad loss must cancel the step everywhere (the grad norm is already global).
         bad_ranks, grad_norm = self.world - flags[0], flags[2]
@@ -492,6 +503,18 @@ class Trainer:
         )
 
     def fit(self) -> RunResult:
+        with self.signals:
+            return self._fit()
+
+    def _stop(self, bar) -> None:
+        """Stop for the agreed signal after this step, its state saved."""
+        ckpt = self.save()
+        bar.close()
+        self.log.log(self.step, "stop", {"signal": signal.Signals(self.stop_for).name})
+        self.log.close()
+        raise RunStopped(self.stop_for, self.step, ckpt)
+
+    def _fit(self) -> RunResult:
         tc = self.cfg.trainer
         main = self.acc.is_main_process
         eval_initial, eval_s = None, 0.0
@@ -539,6 +562,8 @@ class Trainer:
                     f"({time.perf_counter() - t0:.0f} s)"
                 )
             bar.update(1)
+            if self.stop_for is not None:  # before this step's evaluation: save, then stop
+                self._stop(bar)
             if tc.eval_every and self.step % tc.eval_every == 0 and self.step < end:
                 t = time.perf_counter()
                 ev = self.evaluate()
@@ -567,7 +592,9 @@ class Trainer:
         final_eval = self.evaluate()
         if final_eval:
             self.log.log(self.step, "eval", final_eval)
-        self.save()
+        ckpt = self.save()
         self.acc.print(f"[distill] {self.step} steps in {time.perf_counter() - t0:.1f}s")
         self.log.close()
+        if self.signals.received is not None:  # during the final evaluation or save: no export
+            raise RunStopped(self.signals.received, self.step, ckpt)
         return RunResult(self.step, last, final_eval, eval_initial)
