@@ -4,8 +4,12 @@
 # Stops the running pipeline and its stages, keeps the old results in $RES-before-STAGE, and starts
 # run_all.sh PIPELINE STAGE detached (earlier stages' outputs stay in $WORK).
 RES="${RES:-/tmp/dspark-res}"
-pkill -f "bash scripts/gpu/run_all.sh" ; pkill -f "python3 -m (serve.launch|train.distill|train.regenerate)"
-pkill -f "python3 scripts/(eval_acceptance|gpu/vllm_vs_engine).py"; sleep 2
+stages='python3 (-m (serve.launch|train.distill|train.regenerate)|scripts/(eval_acceptance|gpu/vllm_vs_engine).py)'
+pkill -f "bash scripts/gpu/run_all.sh"; pkill -f "$stages"
+# SIGTERM lets train.distill save the step under way (train/stop_signals.py): wait for it, up to
+# a minute, so the restarted stage never meets a save still being written; then kill what is left.
+for _ in $(seq 60); do pgrep -f "$stages" >/dev/null || break; sleep 1; done
+pkill -KILL -f "$stages"; sleep 1
 old="$RES-before-$2"; rm -rf "$old"; mv "$RES" "$old"; mkdir -p "$RES"
 cp "$old"/stages.txt "$RES/stages-before-$2.txt" 2>/dev/null
 (setsid nohup bash scripts/gpu/run_all.sh "$1" "$2" >/dev/null 2>&1 </dev/null &)
