@@ -1,18 +1,23 @@
 """`python -m train.distill`: config composition, bad input, end-to-end export, exact resume."""
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import pytest
 
+from common.config import DSparkConfig
 from common.contract import check_checkpoint
 from train.config_io import CONFIG_DIR, BadConfig, compose_config
 from train.distill import main
+from train.schema import DistillCfg, DraftCfg
+from train.setup import MASK_KEYS
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +47,138 @@ def test_every_experiment_composes(name):
     cfg = compose_config([f"+experiment={name}", "data.train=rows.jsonl"])
     assert cfg.experiment_name
     assert cfg.draft.block_size >= 2
+
+
+def _keys(cls, prefix: str = "") -> list[str]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        nested = dataclasses.is_dataclass(hints[f.name])
+        out += _keys(hints[f.name], f"{prefix}{f.name}.") if nested else [prefix + f.name]
+    return out
+
+
+def test_cli_surface_is_frozen():
+    """Every key of `python -m train.distill` (a rename or removal breaks users' commands and
+    experiment files; a new key is added here on purpose)."""
+    assert _keys(DistillCfg) == [
+        "experiment_name",
+        "output_dir",
+        "seed",
+        "resume",
+        "overwrite",
+        "init_from",
+        "init_from_vocab",
+        "init_layers_from_target",
+        "init_markov_from_embedding",
+        "print_config",
+        "target.path",
+        "target.dtype",
+        "target.build_tiny",
+        "target.tiny_minutes",
+        "target.prepare",
+        "target.trust_remote_code",
+        "draft.num_hidden_layers",
+        "draft.hidden_size",
+        "draft.intermediate_size",
+        "draft.num_attention_heads",
+        "draft.num_key_value_heads",
+        "draft.head_dim",
+        "draft.block_size",
+        "draft.markov_rank",
+        "draft.markov_head_type",
+        "draft.enable_confidence_head",
+        "draft.confidence_head_with_markov",
+        "draft.draft_vocab_size",
+        "draft.sample_from_anchor",
+        "draft.dspark_draft_topk",
+        "draft.target_layer_ids",
+        "draft.mask_token",
+        "draft.mask_token_id",
+        "data.train",
+        "data.heldout",
+        "data.split",
+        "data.max_rows",
+        "data.heldout_max_rows",
+        "data.seq_len",
+        "data.packing",
+        "data.chat_template",
+        "data.chat_template_kwargs",
+        "data.on_bad_row",
+        "data.max_bad_row_share",
+        "data.num_proc",
+        "data.regenerate.enabled",
+        "data.regenerate.backend",
+        "data.regenerate.temperature",
+        "data.regenerate.top_p",
+        "data.regenerate.max_new_tokens",
+        "data.regenerate.batch_size",
+        "loss.ce_weight",
+        "loss.l1_weight",
+        "loss.bce_weight",
+        "loss.decay",
+        "loss.chunk_tokens",
+        "loss.confidence_detach",
+        "loss.share_teacher",
+        "optim.lr",
+        "optim.weight_decay",
+        "optim.beta1",
+        "optim.beta2",
+        "optim.eps",
+        "optim.warmup_ratio",
+        "optim.min_lr_ratio",
+        "optim.clip",
+        "optim.schedule",
+        "optim.decay_ratio",
+        "optim.markov_lr_scale",
+        "optim.markov_weight_decay",
+        "trainer.device",
+        "trainer.mixed_precision",
+        "trainer.distributed",
+        "trainer.micro_batch_size",
+        "trainer.grad_accum",
+        "trainer.max_steps",
+        "trainer.max_seconds",
+        "trainer.schedule_to_time",
+        "trainer.num_anchors",
+        "trainer.anchor_sampling",
+        "trainer.eval_every",
+        "trainer.eval_batches",
+        "trainer.eval_answer_head",
+        "trainer.save_every",
+        "trainer.keep_last",
+        "trainer.log_every",
+        "trainer.num_workers",
+        "trainer.progress",
+        "trainer.print_every",
+        "trainer.threads",
+        "trainer.step_delay_s",
+        "trainer.max_bad_batches",
+        "trainer.draft_attention",
+        "trainer.target_attention",
+        "trainer.compile_draft",
+        "trainer.compile_target",
+        "trainer.compile_loss",
+        "trainer.compile_cache",
+        "logger.backend",
+        "logger.project",
+        "logger.entity",
+        "logger.mode",
+        "logger.run_name",
+        "export.dtype",
+        "export.include_embed",
+        "export.include_lm_head",
+        "export.speculators",
+        "hub.repo_id",
+        "hub.private",
+        "extra",
+    ]
+
+
+def test_every_draft_key_but_the_mask_choice_is_a_dspark_config_field():
+    """train.setup.draft_config copies DraftCfg into DSparkConfig by field name."""
+    draft = {f.name for f in dataclasses.fields(DraftCfg)} - set(MASK_KEYS)
+    assert draft <= {f.name for f in dataclasses.fields(DSparkConfig)}
 
 
 def test_experiments_exist_and_dflash_is_the_ablation():

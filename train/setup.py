@@ -3,6 +3,7 @@ datasets and the vocab map. Every check that can fail does so here, before anyth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,8 +18,11 @@ from train.data.heldout import AUTO, HELDOUT_FRACTION, carve_heldout, target_hel
 from train.data.jsonl import drop_bad_lines, drop_bad_lines_in_dir
 from train.data.report import BadDataShare, DataReport
 from train.mask_token import MaskTokenError, choose_mask_token
+from train.schema import DraftCfg
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# DraftCfg keys the mask choice resolves (train/mask_token.py); the others copy to DSparkConfig
+MASK_KEYS = ("mask_token", "mask_token_id")
 
 
 class SetupError(RuntimeError):
@@ -127,24 +131,7 @@ def draft_config(dcfg, target_model, tokenizer, target_path: str, mask=None) -> 
             raise SetupError(str(e)) from None
     mask_id = mask.id
     choices = {
-        k: dcfg[k]
-        for k in (
-            "num_hidden_layers",
-            "hidden_size",
-            "intermediate_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "block_size",
-            "markov_rank",
-            "markov_head_type",
-            "enable_confidence_head",
-            "confidence_head_with_markov",
-            "draft_vocab_size",
-            "sample_from_anchor",
-            "dspark_draft_topk",
-            "target_layer_ids",
-        )
+        f.name: dcfg[f.name] for f in dataclasses.fields(DraftCfg) if f.name not in MASK_KEYS
     }
     choices["target_layer_ids"] = (
         list(choices["target_layer_ids"]) if choices["target_layer_ids"] is not None else None
