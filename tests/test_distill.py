@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from common.checkpoint_files import PROVENANCE_NAME
 from common.config import DSparkConfig
 from common.contract import check_checkpoint
+from common.target_fit import checkpoint_fit_problems
 from train.config_io import CONFIG_DIR, BadConfig, compose_config
 from train.distill import main
 from train.schema import DistillCfg, DraftCfg
@@ -72,6 +74,7 @@ def test_cli_surface_is_frozen():
         "init_layers_from_target",
         "init_markov_from_embedding",
         "print_config",
+        "dry_run",
         "target.path",
         "target.dtype",
         "target.build_tiny",
@@ -434,3 +437,26 @@ def test_wandb_offline_and_disabled_work(target, tmp_path, monkeypatch, mode):
     assert (out / "wandb_run_id").exists() and (out / "final" / "config.json").exists()
     if mode == "offline":
         assert list((out / "wandb").glob("offline-run-*")), "no offline wandb run written"
+
+
+@pytest.mark.parametrize("heldout", ["auto", "null"])
+def test_dry_run_exports_the_starting_draft_and_trains_nothing(target, tmp_path, capsys, heldout):
+    """dry_run=true: the untrained draft goes through the real export to OUTPUT/dry_run/final,
+    clean for the contract and the target; no checkpoint, no OUTPUT/final. With held-out rows its
+    step-0 acceptance is the one the evaluation measures (the untrained run's eval at step 0)."""
+    out = tmp_path / "dry"
+    assert main(fast(target, out, "dry_run=true", f"data.heldout={heldout}")) == 0
+    final = out / "dry_run" / "final"
+    assert check_checkpoint(final) == []
+    assert checkpoint_fit_problems(final, target) == []
+    assert not (out / "final").exists() and not (out / "checkpoints").exists()
+    said = capsys.readouterr().out
+    assert "dry run: the draft at step 0" in said and f"serve.check {final}" in said
+    assert "| steps | 0 |" in (final / "README.md").read_text()
+    if heldout == "auto":
+        ref = tmp_path / "ref"
+        assert main(fast(target, ref, "trainer.max_steps=1")) == 0
+        recs = [json.loads(x) for x in (ref / "metrics.jsonl").read_text().splitlines()]
+        step0 = next(r for r in recs if r["split"] == "eval" and r["step"] == 0)
+        expected = json.loads((final / PROVENANCE_NAME).read_text())
+        assert expected["expected_acceptance"]["per_position"] == step0["acceptance_per_pos"]

@@ -3,6 +3,8 @@
 Steps: compose + validate the config (exit 2 on a bad key) -> check the output dir -> load the
 frozen target -> build data (and the reduced vocab map) -> draft from the target -> train with
 accelerate (resumable checkpoints) -> export OUTPUT/final in vLLM's format -> print metrics.
+`dry_run=true` stops before training: one held-out evaluation, then the draft as it starts goes to
+OUTPUT/dry_run/final (the same export and contract check), so serving can be checked first.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from train.setup import (
 )
 from train.state import latest_checkpoint
 from train.stop_signals import RunStopped
-from train.trainer import Trainer
+from train.trainer import RunResult, Trainer
 from train.warm_start import warm_start, warmup_note
 
 
@@ -159,7 +161,11 @@ def run(cfg) -> dict:
         "init_from_weights_sha256": init_from and init_from["weights_sha256"],
     }
     trainer = Trainer(cfg, acc, target, draft, train_ds, eval_ds, out, fingerprint, resolved)
-    result = trainer.fit()
+    if cfg.dry_run:
+        evaluated = trainer.evaluate()
+        result = RunResult(trainer.step, {}, evaluated, evaluated)
+    else:
+        result = trainer.fit()
     if cache and acc.is_main_process:  # the final evaluation's compiles included
         print(save_compile_cache(cache))
     summary = {
@@ -178,10 +184,18 @@ def run(cfg) -> dict:
             "init_from": init_from,
         }
         final = export_final(
-            cfg, acc.unwrap_model(trainer.objective).draft, out, provenance, result
+            cfg,
+            acc.unwrap_model(trainer.objective).draft,
+            out / "dry_run" if cfg.dry_run else out,
+            provenance,
+            result,
         )
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        print_summary(summary, final, start="init_from draft" if init_from else "untrained draft")
+        if cfg.dry_run:
+            print_dry_run(final, result, cfg.target.path)
+        else:
+            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            start = "init_from draft" if init_from else "untrained draft"
+            print_summary(summary, final, start=start)
     acc.wait_for_everyone()
     return summary
 
@@ -192,6 +206,16 @@ def data_provenance(path: str) -> dict:
     summary = Path(path + ".summary.json")
     made = json.loads(summary.read_text()) if summary.is_file() else None
     return {"path": path, "regenerated": made}
+
+
+def print_dry_run(final: Path, result, target: str) -> None:
+    tau = f", held-out analytic tau {result.eval['analytic_tau']:.3f}" if result.eval else ""
+    print(
+        f"\n[distill] dry run: the draft at step {result.step}{tau}, exported to {final} and "
+        "checked against vLLM's contract; nothing was trained. Before the real run, check it "
+        f"against the target (python -m serve.check {final} --target {target} --vllm) and serve "
+        f"it (python -m serve.launch target={target} checkpoint={final})"
+    )
 
 
 def print_summary(summary: dict, final: Path, start: str = "untrained draft") -> None:

@@ -188,6 +188,9 @@ class DistillCfg:
     # instead of noise (train/markov_init.py)
     init_markov_from_embedding: bool = False
     print_config: bool = False
+    # build everything, export the draft as it starts (untrained, or the checkpoint resume=true
+    # picks) to OUTPUT/dry_run/final and stop: check serving before hours of training
+    dry_run: bool = False
     target: TargetCfg = field(default_factory=TargetCfg)
     draft: DraftCfg = field(default_factory=DraftCfg)
     data: DataCfg = field(default_factory=DataCfg)
