@@ -1,6 +1,7 @@
 """SIGTERM / SIGINT stop a training run after the step under way with its state saved
 (`train.stop_signals`): a preempted job keeps its last steps and resumes exactly."""
 
+import contextlib
 import json
 import os
 import signal
@@ -46,11 +47,21 @@ def _wait_for_train_step(proc, metrics: Path, step: int) -> None:
         time.sleep(0.05)
 
 
-def test_sigterm_saves_the_step_and_the_run_resumes_exactly(target, tmp_path):
-    """No periodic checkpoint (save_every=0), so without the handler nothing would be kept: SIGTERM
-    mid-run exits 143 after saving the step it stopped at, and resume=true reproduces an
-    uninterrupted run's loss curve (evaluations every 2 steps, skipped where due at the stop)."""
-    steps = ["trainer.max_steps=8", "trainer.save_every=0", "trainer.eval_every=2"]
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param("sigterm", id="SIGTERM to the trainer (a scheduler)"),
+        pytest.param("sigint-group", id="SIGINT to its process group, 2 loader workers (Ctrl-C)"),
+    ],
+)
+def test_a_signal_saves_the_step_and_the_run_resumes_exactly(target, tmp_path, how):
+    """No periodic checkpoint (save_every=0), so without the handler nothing would be kept: the
+    signal mid-run exits 128 + its number after saving the step it stopped at, and resume=true
+    reproduces an uninterrupted run's loss curve (evaluations every 2 steps, skipped where due at
+    the stop). Ctrl-C reaches the data-loader workers too: none may die of it."""
+    sig = signal.SIGTERM if how == "sigterm" else signal.SIGINT
+    workers = [] if how == "sigterm" else ["trainer.num_workers=2"]
+    steps = ["trainer.max_steps=8", "trainer.save_every=0", "trainer.eval_every=2", *workers]
     ref = tmp_path / "ref"
     assert main(fast(target, ref, *steps)) == 0
 
@@ -59,23 +70,34 @@ def test_sigterm_saves_the_step_and_the_run_resumes_exactly(target, tmp_path):
     cmd.append("trainer.step_delay_s=1.0")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     try:
         _wait_for_train_step(proc, out / "metrics.jsonl", 2)
-        proc.send_signal(signal.SIGTERM)
+        if how == "sigterm":
+            proc.send_signal(sig)
+        else:
+            os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
     finally:
-        proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+        with contextlib.suppress(ProcessLookupError):  # the group: workers left by a failure too
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err[-3000:]
     stopped_at = max(s for s, _ in _train_losses(out))
     assert 2 <= stopped_at < 8
-    assert f"stopped by SIGTERM after step {stopped_at}" in err
+    assert f"stopped by {sig.name} after step {stopped_at}" in err
+    assert err.count(f"[distill] {sig.name}: stopping after this step") == 1  # workers say nothing
     ckpt = f"step-{stopped_at:06d}"
     assert (out / "checkpoints" / "LAST_GOOD").read_text().strip() == ckpt
     assert not (out / "final").exists()  # no export of a cut run
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert recs[-1] == {"step": stopped_at, "split": "stop", "signal": "SIGTERM"}
+    assert recs[-1] == {"step": stopped_at, "split": "stop", "signal": sig.name}
 
     assert main(fast(target, out, *steps, "resume=true")) == 0
     assert _train_losses(out) == _train_losses(ref)

@@ -12,11 +12,13 @@ periodic checkpoint. With `StopSignals` installed around the loop:
 - a second signal does what it would have done without this module (SIGINT raises
   KeyboardInterrupt, SIGTERM terminates), for a user who will not wait for the step to end.
 Handlers are installed only in the main thread (Python allows no other) and the previous ones are
-put back on exit.
+put back on exit. Data-loader workers forked meanwhile inherit them, so a Ctrl-C that reaches the
+whole process group does not kill a worker under the trainer's feet (they record it silently).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -42,8 +44,10 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
+        self._pid = os.getpid()
 
     def __enter__(self) -> StopSignals:
+        self._pid = os.getpid()
         if threading.current_thread() is threading.main_thread():
             for s in STOP_SIGNALS:
                 previous = signal.signal(s, self._handle)
@@ -62,6 +66,8 @@ class StopSignals:
             signal.raise_signal(signum)
             return
         self.received = signum
+        if os.getpid() != self._pid:  # a forked data-loader worker: the trainer speaks for it
+            return
         print(
             f"[distill] {signal.Signals(signum).name}: stopping after this step with its state "
             "saved; send it again to stop now",
