@@ -12,6 +12,7 @@ Design choices (see ../shared/docs/dspark.md, docs/vllm-contract.md):
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,21 @@ DEFAULT_NUM_TARGET_LAYERS = 5
 
 class ConfigError(ValueError):
     """A DSpark config that cannot work; the message names the field and the fix."""
+
+
+class AssumedConfigKey(UserWarning):
+    """A config.json without a key, read with an assumed value (older or foreign exports)."""
+
+
+def assumed(key: str, value: Any, why: str) -> Any:
+    """`value` for a key config.json lacks, said as a warning (never filled silently)."""
+    warnings.warn(
+        f"config.json has no {key}: assuming {key}={value!r} ({why}); write it into the "
+        "checkpoint's config.json to silence this",
+        AssumedConfigKey,
+        stacklevel=3,
+    )
+    return value
 
 
 def default_target_layer_ids(num_target_layers: int, count: int = DEFAULT_NUM_TARGET_LAYERS):
@@ -312,15 +328,20 @@ class DSparkConfig:
                     "vLLM reads dflash_config first, so both must be equal."
                 )
         sfa = d.get("sample_from_anchor")
+        if sfa is None and "dspark_bonus_anchor" in d:  # vLLM 0.25's key: the opposite
+            sfa = not d["dspark_bonus_anchor"]
         if sfa is None:
-            sfa = not d.get("dspark_bonus_anchor", False)
+            sfa = assumed("sample_from_anchor", True, "no layout key is set; vLLM 0.34's default")
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names and k not in ("extra",)}
         kw["sample_from_anchor"] = bool(sfa)
         kw["extra"] = dict(d.get("dspark_extra") or {})
-        if "target_num_hidden_layers" not in kw:
-            # Older exports: assume the largest id is not the final layer.
-            kw["target_num_hidden_layers"] = max(kw["target_layer_ids"]) + 2
+        if "target_num_hidden_layers" not in kw:  # older exports
+            kw["target_num_hidden_layers"] = assumed(
+                "target_num_hidden_layers",
+                max(kw["target_layer_ids"]) + 2,
+                "the largest target layer id + 2, so that it is not the final layer",
+            )
         return cls(**kw)
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import pytest
 import torch
 from transformers import Qwen3Config
 
-from common.config import ConfigError, DSparkConfig, default_target_layer_ids
+from common.config import AssumedConfigKey, ConfigError, DSparkConfig, default_target_layer_ids
 from tests.conftest import tiny_config, tiny_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -148,6 +149,25 @@ def test_both_layout_keys_written_and_opposite(sfa):
     assert DSparkConfig.from_hf_dict(only_sfa).sample_from_anchor is sfa
     with pytest.raises(ConfigError, match="dspark_bonus_anchor"):
         DSparkConfig.from_hf_dict({**d, "dspark_bonus_anchor": sfa})
+
+
+def test_a_missing_key_is_filled_with_a_warning_never_silently():
+    """Older or foreign exports lack keys the reader then assumes: each such value is said as an
+    AssumedConfigKey warning naming the key and the value; a complete config.json reads quietly."""
+    d = tiny_config(sample_from_anchor=True, target_layer_ids=[0, 2]).to_hf_dict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DSparkConfig.from_hf_dict(d)
+        # the 0.25 key alone is a mapping, not a guess
+        DSparkConfig.from_hf_dict({k: v for k, v in d.items() if k != "sample_from_anchor"})
+    no_layout = {
+        k: v for k, v in d.items() if k not in ("sample_from_anchor", "dspark_bonus_anchor")
+    }
+    with pytest.warns(AssumedConfigKey, match=r"assuming sample_from_anchor=True"):
+        assert DSparkConfig.from_hf_dict(no_layout).sample_from_anchor is True
+    no_depth = {k: v for k, v in d.items() if k != "target_num_hidden_layers"}
+    with pytest.warns(AssumedConfigKey, match=r"assuming target_num_hidden_layers=4"):
+        assert DSparkConfig.from_hf_dict(no_depth).target_num_hidden_layers == 4
 
 
 @pytest.mark.parametrize("sfa, n_spec, offset", [(True, 4, 0), (False, 3, 1)])
