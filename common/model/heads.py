@@ -8,6 +8,15 @@ Every Markov variant is written as `bias_k = markov_w2(u_k)` where `u_k` ([.., r
            s_k = sig(g) s_{k-1} + (1-sig(g)) tanh(c); u = tanh(o); s_0 = 0
 This lets the loss fuse `lm_head(h) + markov_w2(u)` into one matmul over `[h; u]`, and the serving
 loop call `markov_step` without knowing the variant. Stock vLLM serves only vanilla.
+
+Adding a head type touches:
+1. `common.config.MARKOV_HEAD_TYPES` (the schema's choices, the bench scripts' options and the
+   tests' parametrizations read it; `VLLM_MARKOV_HEAD_TYPES` only if stock vLLM builds it);
+2. `MarkovHead.__init__` (its layers, inside the head so `train.optim_groups` gives them the
+   head's rate) and `MarkovHead.step` (how `u_k` is made; a state threads through the slots);
+3. `common.checkpoint_files.SPECULATORS_RENAMES` where `speculators` names its layers otherwise;
+4. ../shared/docs/dspark.md's list, if the head is the paper's.
+The lossless-sampling, training-equivalence and optimizer-group tests then cover it unchanged.
 """
 
 from __future__ import annotations
