@@ -14,8 +14,7 @@ Adding a head type touches:
    tests' parametrizations read it; `VLLM_MARKOV_HEAD_TYPES` only if stock vLLM builds it);
 2. `MarkovHead.__init__` (its layers, inside the head so `train.optim_groups` gives them the
    head's rate) and `MarkovHead.step` (how `u_k` is made; a state threads through the slots);
-3. `common.checkpoint_files.SPECULATORS_RENAMES` where `speculators` names its layers otherwise;
-4. ../shared/docs/dspark.md's list, if the head is the paper's.
+3. `common.checkpoint_files.SPECULATORS_RENAMES` where `speculators` names its layers otherwise.
 The lossless-sampling, training-equivalence and optimizer-group tests then cover it unchanged.
 """
 
