@@ -319,16 +319,16 @@ class Trainer:
         # The next step's batches, anchors and loss rows: host work done while the device runs
         # this step (their syncs wait for its backward, as the flags' sync below would).
         self._ahead = self._draw(self.step + 1)
-        stops = torch.tensor(self.signals.flags(), device=finite.device)
-        flags = torch.cat(
-            [
-                self.acc.reduce(finite, reduction="sum")[None],
-                target_finite.float()[None],
-                torch.as_tensor(grad_norm, device=finite.device).float()[None],
-                self.acc.reduce(stops, reduction="sum"),
-            ]
-        ).tolist()
-        self.stop_for = agreed_signal(flags[3:])
+        stops = self.signals.flags()
+        parts = [
+            self.acc.reduce(finite, reduction="sum")[None],
+            target_finite.float()[None],
+            torch.as_tensor(grad_norm, device=finite.device).float()[None],
+        ]
+        if self.world > 1:  # one rank's signal stops them all: summed within this one sync
+            parts.append(self.acc.reduce(torch.tensor(stops, device=finite.device), "sum"))
+        flags = torch.cat(parts).tolist()
+        self.stop_for = agreed_signal(flags[3:] if self.world > 1 else stops)
         require_finite_target(flags[1])
         # One rank's bad loss must cancel the step everywhere (the grad norm is already global).
         bad_ranks, grad_norm = self.world - flags[0], flags[2]
