@@ -163,6 +163,7 @@ def run(cfg) -> dict:
     trainer = Trainer(cfg, acc, target, draft, train_ds, eval_ds, out, fingerprint, resolved)
     if cfg.dry_run:
         evaluated = trainer.evaluate()
+        trainer.log.close()  # a wandb run too: it ends here
         result = RunResult(trainer.step, {}, evaluated, evaluated)
     else:
         result = trainer.fit()
