@@ -31,6 +31,21 @@ def test_first_signal_is_recorded_the_second_acts_and_handlers_are_put_back():
     assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
 
 
+def test_a_second_sigterm_terminates_at_once():
+    code = (
+        "import signal\n"
+        "from train.stop_signals import StopSignals\n"
+        "with StopSignals() as stop:\n"
+        "    signal.raise_signal(signal.SIGTERM)\n"
+        "    print('recorded', int(stop.received), flush=True)\n"
+        "    signal.raise_signal(signal.SIGTERM)\n"
+        "    print('still running', flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == -signal.SIGTERM  # killed by the default action
+    assert run.stdout == f"recorded {int(signal.SIGTERM)}\n"
+
+
 def test_the_signal_agreed_over_ranks():
     assert agreed_signal([0.0, 0.0]) is None
     assert agreed_signal([0.0, 2.0]) == signal.SIGINT
