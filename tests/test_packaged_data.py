@@ -189,13 +189,16 @@ def test_prepare_data_cli_writes_gzip_that_load_rows_reads(sharegpt_file, tmp_pa
 
 
 def test_write_jsonl_gzips_by_the_destination_not_the_temp_name(tmp_path):
+    """It writes a temp file (.NAME.tmp-PID) and renames it: the destination's suffix decides the
+    gzip, a write that fails leaves the earlier file, and nothing is left beside it."""
     rows = [{"id": "a", "text": "é"}, {"id": "b"}]
-    pk.write_jsonl(rows, tmp_path / "x.jsonl.gz")  # gz unset: the suffix decides
-    tmp = tmp_path / ".y.jsonl.gz.tmp-1"  # a temp file beside a .gz destination
-    pk.write_jsonl(rows, tmp, gz=True)
+    pk.write_jsonl(rows, tmp_path / "x.jsonl.gz")
     plain = tmp_path / "z.jsonl"
     pk.write_jsonl(rows, plain)
-    for p in (tmp_path / "x.jsonl.gz", tmp):
-        with gzip.open(p, "rt", encoding="utf-8") as f:
-            assert [json.loads(ln) for ln in f] == rows
+    with gzip.open(tmp_path / "x.jsonl.gz", "rt", encoding="utf-8") as f:
+        assert [json.loads(ln) for ln in f] == rows
     assert [json.loads(ln) for ln in plain.read_text(encoding="utf-8").splitlines()] == rows
+    with pytest.raises(TypeError):
+        pk.write_jsonl([{"bad": object()}], plain)
+    assert [json.loads(ln) for ln in plain.read_text(encoding="utf-8").splitlines()] == rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.jsonl.gz", "z.jsonl"]

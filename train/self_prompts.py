@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from common.atomic_file import replaced_whole, write_whole
+from common.atomic_file import write_whole
 from train.data.packaged import write_jsonl
 from train.data.regenerate import BACKENDS, checked_sampling, open_generator, pick_backend
 
@@ -188,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling=sampling,
         seconds=round(time.perf_counter() - start, 1),
     )
-    with replaced_whole(out) as tmp:
-        write_jsonl(rows, tmp, gz=out.suffix == ".gz")
+    write_jsonl(rows, out)
     write_whole(f"{out}.report.json", json.dumps(report, indent=1) + "\n")
     print(
         f"[self_prompts] {report['kept']} of {report['asked']} prompts from {report['sampled']} "

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from common.atomic_file import replaced_whole, write_whole
+from common.atomic_file import write_whole
 from train.data.packaged import write_jsonl
 
 
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads(summary_in.read_text()) if summary_in.exists() else {}
     summary["trimmed_repeats"] = {"source": str(src), **stats}
     write_whole(f"{dst}.summary.json", json.dumps(summary, indent=2))
-    with replaced_whole(dst) as tmp:
-        write_jsonl(out, tmp, gz=dst.suffix == ".gz")
+    write_jsonl(out, dst)
     print(
         f"trim_repeats: {stats['answers_cut']} of {stats['answers']} answers cut at their first "
         f"repeated {a.ngram}-gram; {stats['answer_tokens_after']:,} of "

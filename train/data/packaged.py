@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from common.atomic_file import replaced_whole
 from train.package_files import cache_root, find_package_file, sha256_file
 
 FORMAT_VERSION = 1  # bump when the rows a build writes change, so old caches are not reused
@@ -112,11 +113,11 @@ def build_splits(name: str, opts: dict, file: str | None = None, progress: bool 
     return splits, report
 
 
-def write_jsonl(rows: list[dict], path: Path, gz: bool | None = None) -> None:
-    """One JSON object a line; gzipped if `gz` (None: if PATH ends in .gz; a temp file beside a
-    .gz destination passes the destination's choice)."""
-    opener = gzip.open if (path.suffix == ".gz" if gz is None else gz) else open
-    with opener(path, "wt", encoding="utf-8") as f:
+def write_jsonl(rows: list[dict], path: Path) -> None:
+    """One JSON object a line, gzipped where PATH ends in .gz; written whole or not at all
+    (`common.atomic_file.replaced_whole`: the temp file's name never decides the gzip)."""
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    with replaced_whole(path) as tmp, opener(tmp, "wt", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
