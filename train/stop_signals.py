@@ -44,10 +44,9 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
-        self._pid = os.getpid()
 
     def __enter__(self) -> StopSignals:
-        self._pid = os.getpid()
+        self._pid = os.getpid()  # the installer's: a forked worker inherits the handler, not this
         if threading.current_thread() is threading.main_thread():
             for s in STOP_SIGNALS:
                 previous = signal.signal(s, self._handle)
