@@ -2,8 +2,9 @@
 file, and a kill mid-write leaves the previous version in place.
 
 The temp file sits beside its destination as `.NAME.tmp-PID` (same filesystem, so the final
-rename is atomic; hidden, so `train.push` never uploads it; the pattern the trainer's leftover
-sweeps match, `train.state.CHECKPOINT_LEFTOVERS` and `train.metrics`).
+rename is atomic; hidden, so `train.publish.push` never uploads it; the pattern the trainer's
+leftover
+sweeps match, `train.loop.state.CHECKPOINT_LEFTOVERS` and `train.loop.metrics`).
 """
 
 from __future__ import annotations

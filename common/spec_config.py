@@ -1,6 +1,6 @@
 """vLLM's `--speculative-config` for a DSpark draft: the one builder, and what each vLLM has.
 
-`serve.launch` (the command it runs), `train.model_card` (the command the card shows) and
+`serve.launch` (the command it runs), `train.publish.model_card` (the command the card shows) and
 `serve.check` (the command it prints for a clean checkpoint) all call `speculative_config`, so
 the three cannot disagree about the same checkpoint.
 

@@ -180,7 +180,8 @@ def checkpoint_fit_problems(
 def recorded_mask_token(prov: dict[str, Any]) -> str | None:
     """The token string the draft's mask id was chosen as, or None when there is none to check.
     Exports record the choice as provenance["mask_token"] = {"id", "token", "how"}
-    (train/mask_token.py; "token" is None for an embedding row no text tokenizes to). The resolved
+    (train/init/mask_token.py; "token" is None for an embedding row no text tokenizes to). The
+    resolved
     config's `draft.mask_token` is only the request ("auto" by default), so it is read only from
     exports older than that record, and only when it named a token and no id overrode it."""
     record = prov.get("mask_token")

@@ -79,7 +79,7 @@ def random_pair(block_size: int):
 
 def load_synthetic(args):
     if args.synthetic == "tuned":
-        from tests.test_engine_helpers import make_draft, make_target
+        from tests.unit.test_engine_helpers import make_draft, make_target
 
         target = make_target(0, predictable=True, sharpness=30.0).float()
         draft = make_draft(target, True, None, tuned=True, block_size=args.block_size).float()

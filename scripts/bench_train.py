@@ -10,7 +10,8 @@
 `step8b` (scripts/bench_train_scale.py): the trainer's step with a random-weight target of a
 real model's shape built in memory; one row per speed variant, step split, MFU.
 
-`loss`: fwd+bwd of `train.loss.distill_loss` alone (the draft's hidden states are leaves) at vocab
+`loss`: fwd+bwd of `train.loop.loss.distill_loss` alone (the draft's hidden states are leaves) at
+vocab
 151,936, with `chunk_tokens` = --chunk and = all rows (unchunked, what a naive loss does), and
 chunked with the teacher computed once per draft row instead of once per position the rows share
 (`loss.share_teacher=false`): peak memory above baseline and time, and their ratios to the first
@@ -40,9 +41,9 @@ from common.vocab import build_vocab_map  # noqa: E402
 from scripts import bench_train_scale  # noqa: E402
 from scripts.bench_draft import CudaPeak, RssPeak, measure  # noqa: E402
 from scripts.bench_train_scale import measured_bf16_flops  # noqa: E402
-from train.anchors import sample_anchors  # noqa: E402
-from train.loss import block_targets, distill_loss  # noqa: E402
-from train.vocab_loss import shared_teacher_counts  # noqa: E402
+from train.loop.anchors import sample_anchors  # noqa: E402
+from train.loop.loss import block_targets, distill_loss  # noqa: E402
+from train.loop.vocab_loss import shared_teacher_counts  # noqa: E402
 
 
 def bench_loss(a) -> list[dict]:

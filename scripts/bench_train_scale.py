@@ -5,8 +5,9 @@ memory, the step split, MFU. `python scripts/bench_train.py step8b` runs it (see
     python scripts/bench_train.py step8b --shape smollm2_135m                 # SmolLM2-135M
     python scripts/bench_train.py step8b --shape tiny --device cpu --steps 1  # CPU plumbing
 
-What runs: `train.trainer.Trainer.train_step`, the step `python -m train.distill` runs (target
-capture, anchors, `DistillObjective` = draft forward + `train.loss.distill_loss`, backward, clip,
+What runs: `train.loop.trainer.Trainer.train_step`, the step `python -m train.distill` runs (target
+capture, anchors, `DistillObjective` = draft forward + `train.loop.loss.distill_loss`, backward,
+clip,
 AdamW), built as `train.distill.run` builds it, except that
 - the target is built from a config in memory (`AutoModelForCausalLM.from_config` on the meta
   device, `to_empty` on the GPU, normal(0, 0.02) weights, unit norms, rotary tables rebuilt);
@@ -14,7 +15,7 @@ AdamW), built as `train.distill.run` builds it, except that
   ~30% of each document (the "prompt") unsupervised; the draft vocabulary map comes from
   Zipf-like synthetic counts.
 The phases are timed with CUDA events (synchronised timers on CPU) around the trainer's own
-collaborators (`instrument`) and `train.phases` marks in the objective and the loss.
+collaborators (`instrument`) and `train.loop.phases` marks in the objective and the loss.
 
 One row per variant (all in one process, the same target; a distributed variant runs in a
 `torchrun --nproc-per-node 1` child): see VARIANTS. A variant name may add Hydra overrides after
@@ -154,7 +155,7 @@ SHAPES = {
 }
 
 # Each variant changes the defaults below (the trainer's own defaults), one flag at a time:
-#   vocab_grad       train.vocab_loss: "fused" (closed-form gradient) | "checkpoint" (autograd,
+#   vocab_grad       train.loop.vocab_loss: "fused" (closed-form gradient) | "checkpoint" (autograd,
 #                    recomputed in the backward; the code before this benchmark)
 #   attention        trainer.draft_attention: "sdpa" (dense boolean mask) | "flex" (BlockMask)
 #   target_attention trainer.target_attention: "sdpa" (dense document-causal mask) | "flex"
@@ -162,7 +163,7 @@ SHAPES = {
 #   compile_target   trainer.compile_target: torch.compile each target decoder layer
 #   compile_loss     trainer.compile_loss: torch.compile the fused loss's per-chunk passes
 # (the last five are trainer settings, applied as `train.distill` applies them: by
-# train.setup.apply_speed_settings, the loss's by DistillObjective)
+# train.loop.target.apply_speed_settings, the loss's by DistillObjective)
 #   distributed      trainer.distributed (fsdp runs in a torchrun child)
 VARIANT_DEFAULTS = dict(
     vocab_grad="fused",
@@ -279,7 +280,7 @@ def synthetic_vocab_map(vocab: int, draft_vocab: int, seed: int = 0):
 
 
 class PhaseTimer:
-    """`train.phases` recorder: CUDA events per phase (no sync inside the step), or
+    """`train.loop.phases` recorder: CUDA events per phase (no sync inside the step), or
     synchronised perf_counter on CPU. `totals()` -> seconds per phase since the last reset."""
 
     def __init__(self, cuda: bool):
@@ -314,7 +315,7 @@ def instrument(trainer, timer) -> None:
     """Time the trainer's step parts without touching its code: its collaborators are wrapped
     on this instance (anchors = `_prepare`, target forward = the capture, draft + loss forward =
     the objective's forward, backward = `accelerator.backward`, optimizer = clip + step +
-    zero_grad). The draft/loss/teacher split inside comes from `train.phases` marks.
+    zero_grad). The draft/loss/teacher split inside comes from `train.loop.phases` marks.
     The trainer draws the next step's batches and anchors while the device runs a step, so
     `anchors` holds only the device work they add (copies, block targets); the host's sampling
     shows only where the device waits for it, as `other`."""
@@ -353,7 +354,7 @@ def linear_params(h, inter, nh, nkv, hd, layers) -> int:
 def teacher_rows(batch: dict, tg, share_teacher: bool) -> float:
     """The rows the loss computes the teacher's logits for: the distinct label-1 positions of the
     supervised draft rows (U), or every supervised row (M) without `share_teacher`."""
-    from train.vocab_loss import shared_teacher_counts
+    from train.loop.vocab_loss import shared_teacher_counts
 
     rows, positions = shared_teacher_counts(tg, batch["input_ids"].shape[1])
     return float(positions if share_teacher else rows)
@@ -446,10 +447,11 @@ def run_variant(spec: str, shape: str, target, dev, args, user_over: list[str]) 
     from common.target import target_head_weights
     from train.data import collate
     from train.distill import make_accelerator
-    from train.objective import init_draft_weights
-    from train.phases import set_recorder
-    from train.setup import apply_speed_settings, draft_config
-    from train.trainer import Trainer
+    from train.init.draft_config import draft_config
+    from train.loop.objective import init_draft_weights
+    from train.loop.phases import set_recorder
+    from train.loop.target import apply_speed_settings
+    from train.loop.trainer import Trainer
 
     v, extra = parse_variant(spec)
     with tempfile.TemporaryDirectory() as tmp:

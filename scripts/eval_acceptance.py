@@ -15,7 +15,7 @@ accepted/drafts, vLLM's definition) and per-position conditional acceptance (acc
 reached k), plus the ratio of each draft's tau to the first draft's with its paired 95% bootstrap
 interval over the prompts (every draft answers the same prompts; each row keeps its prompts'
 [rounds, accepted] as `per_prompt`). Counters come from the
-engine's vLLM-named stats; greedy output is lossless by construction (tests/test_engine.py), so
+engine's vLLM-named stats; greedy output is lossless by construction (tests/unit/test_engine.py), so
 only acceptance differs between drafts.
 """
 

@@ -3,7 +3,7 @@
 # the training a session affords (docs/benchmarks.md, "Time-boxed runs"), so a better start is
 # worth as much as more minutes. Two drafts of the embedded default (`+experiment=tiny`, 150 steps,
 # a 2-layer draft against the 4-layer tiny target) per seed: fresh layers, and layers copied from
-# the target's last two (`init_layers_from_target=[-2,-1]`, train/layer_init.py); everything else
+# the target's last two (`init_layers_from_target=[-2,-1]`, train/init/layer_init.py); everything else
 # the same. Printed: held-out analytic tau and greedy tau (train.distill's final evaluation) per arm.
 # Criterion, fixed before the run: the copy is worth a SmolLM2 A/B on the GPU only if its held-out
 # analytic tau beats the fresh arm's by >= 3% at every seed.

@@ -15,7 +15,8 @@ Checks (exit 1 if any fails):
   first 20% of the run) by at most max(16 MiB, 5%).
 Prints p50/p99 latency of completed requests, time to first token, and throughput.
 
-Default assets: the test fixtures' predictable float64 target (tests/test_engine_helpers.py) with a
+Default assets: the test fixtures' predictable float64 target (tests/unit/test_engine_helpers.py)
+with a
 weakly tuned draft, written to a temp folder; `--target/--checkpoint` serve real folders instead.
 Requests use `ignore_eos` so every answer has exactly `--max-tokens` tokens.
 """
@@ -67,7 +68,7 @@ class Tally:
 
 
 def fixture_assets(root: Path) -> tuple[Path, Path]:
-    from tests.test_engine_helpers import make_draft, make_target, save_draft, save_target
+    from tests.unit.test_engine_helpers import make_draft, make_target, save_draft, save_target
 
     target = make_target(0, predictable=True)
     draft = make_draft(target, True, None, tuned=True, strength=0.2)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Does the Markov head learn too slowly at the backbone's rate? It starts at zero output
-# (train/objective.py: an untrained DSpark draft is its DFlash backbone) and, at DSpark / DFlash
+# (train/loop/objective.py: an untrained DSpark draft is its DFlash backbone) and, at DSpark / DFlash
 # 1.06-1.12 on SmolLM2 (docs/benchmarks.md), adds less than the paper's +16-18%. Drafts of the
 # embedded default (`+experiment=tiny`, 300 steps) per seed: DFlash (`+experiment=tiny_dflash`),
-# and DSpark with the head at each `optim.markov_lr_scale` given (train/optim_groups.py); the rest
+# and DSpark with the head at each `optim.markov_lr_scale` given (train/loop/optim_groups.py); the rest
 # the same. Printed: held-out analytic and greedy tau (train.distill's final evaluation) per arm,
 # and each over the seed's DFlash arm.
 # Criterion, fixed before the run: a scale is worth a SmolLM2 A/B on the GPU only if its held-out
@@ -18,7 +18,7 @@
 # optim.markov_weight_decay=WD", scale 10): worth a SmolLM2 run if at 100 rows its 10x arm's
 # held-out analytic tau beats 10x without it (2.514, 2.536; docs/benchmarks/markov_lr_tiny_cpu/rows100)
 # by >= 3% at both seeds (criterion fixed before its run).
-# The head's rows from the target embedding (init_markov_from_embedding=true, train/markov_init.py),
+# The head's rows from the target embedding (init_markov_from_embedding=true, train/init/markov_init.py),
 # scale 10: worth a SmolLM2 run if its held-out analytic tau beats 10x from noise by >= 3% at both
 # seeds, at 100 rows (2.514, 2.536) or with every row (2.964, 2.918) (criterion fixed before its run).
 # More steps on every row (OVERRIDES "trainer.max_steps=2000", scale 10: about 3.4 passes over the

@@ -35,7 +35,7 @@ from scripts.eval_acceptance import (  # noqa: E402
 )
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
-from train.walk_anchors import leading_matches, round_starts  # noqa: E402
+from train.loop.walk_anchors import leading_matches, round_starts  # noqa: E402
 
 
 @torch.no_grad()

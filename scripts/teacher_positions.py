@@ -1,7 +1,7 @@
 """How often the supervised draft rows of real training batches share a teacher position: the
 blocks of nearby anchors overlap, so their rows read the target's distribution at the same
 positions, and the loss computes it once per distinct position (`loss.share_teacher`,
-train/vocab_loss.py). Prints, per `num_anchors`, the rows, the distinct positions and their
+train/loop/vocab_loss.py). Prints, per `num_anchors`, the rows, the distinct positions and their
 ratio (the share of the per-row teacher work that is left), on the trainer's own packed rows and
 anchors.
 
@@ -22,11 +22,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.config import DSparkConfig  # noqa: E402
-from train.blocks import anchor_blocks  # noqa: E402
 from train.config_io import compose_config  # noqa: E402
 from train.data import collate  # noqa: E402
-from train.setup import build_split  # noqa: E402
-from train.vocab_loss import shared_teacher_counts  # noqa: E402
+from train.data.splits import build_split  # noqa: E402
+from train.loop.blocks import anchor_blocks  # noqa: E402
+from train.loop.vocab_loss import shared_teacher_counts  # noqa: E402
 
 
 def main(argv=None) -> int:

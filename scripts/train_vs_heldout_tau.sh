@@ -7,7 +7,7 @@
 # HELDOUT.jsonl as it is; each evaluated over its first BATCHES packed batches of 2 sequences
 # (trainer.eval_batches), on this machine's CPU. The trainer has no evaluation-only mode: each
 # evaluation is a 1-step run at learning rate 0 from the draft (init_from), whose step-0 and
-# final evaluations are the same draft's (tests/test_warm_start.py checks that the step changes
+# final evaluations are the same draft's (tests/integration/test_warm_start.py checks that the step changes
 # no weight). One run a set and draft, in turn; about 7 minutes each on 2 cores at BATCHES=6 for
 # SmolLM2. Prints a table, NAME by set; the logs and each run's summary.json stay under OUT.
 set -euo pipefail; cd "$(dirname "$0")/.."

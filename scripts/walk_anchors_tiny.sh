@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does drawing training anchors where greedy rounds start (trainer.anchor_sampling=walk,
-# train/walk_anchors.py) raise DSpark's realized T=0 acceptance over DFlash's? Per seed, on the
+# train/loop/walk_anchors.py) raise DSpark's realized T=0 acceptance over DFlash's? Per seed, on the
 # embedded default (`+experiment=tiny`, 300 steps): DFlash and DSpark with the head at 10x, with
 # uniform anchors and with walk anchors (scripts/markov_lr_tiny.sh's runs), then the engine on all
 # four (scripts/eval_acceptance.py: 64 held-out prompts a domain, 128 new tokens, T=0). Printed per

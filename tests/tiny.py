@@ -220,7 +220,7 @@ def write_draft(
     """A randomised DSpark draft for `target_dir` (2 layers, B=4, r=16 unless `choices` say
     otherwise), saved by our exporter in `fmt`, with the embedding / full-vocab lm_head written
     (a self-contained file: every vLLM parameter comes from it) unless `include_embed` /
-    `include_lm_head` say otherwise (the lean export of `train.export`: both False).
+    `include_lm_head` say otherwise (the lean export of `train.publish.export`: both False).
     `embed_from_target`: embedding and lm_head (rows t2d) copied from the target's weights, as
     the training pipeline does (`init_from_target`), instead of random."""
     from transformers import AutoConfig

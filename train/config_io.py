@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from train.optim_groups import check_markov_options
+from train.loop.optim_groups import check_markov_options
 from train.schema import CHOICES, DistillCfg
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"

@@ -21,27 +21,22 @@ from omegaconf import OmegaConf
 from common.config import ConfigError
 from common.model import DSparkDraftModel
 from common.target import target_head_weights
-from train.compile_cache import load_compile_cache, save_compile_cache
 from train.config_io import BadConfig, compose_config
-from train.export import export_final
-from train.layer_init import copy_target_layers
-from train.markov_init import markov_rows_from_embedding
-from train.objective import init_draft_weights
-from train.setup import (
-    REGENERATED_NAME,
-    SetupError,
-    apply_speed_settings,
-    build_splits,
-    draft_config,
-    load_target,
-    mask_token_for,
-    regenerate_train_rows,
-    vocab_map_for,
-)
-from train.state import latest_checkpoint
-from train.stop_signals import RunStopped
-from train.trainer import RunResult, Trainer
-from train.warm_start import warm_start, warmup_note
+from train.data.splits import build_splits
+from train.errors import SetupError
+from train.init.draft_config import draft_config, mask_token_for
+from train.init.layer_init import copy_target_layers
+from train.init.markov_init import markov_rows_from_embedding
+from train.init.vocab_map import vocab_map_for
+from train.init.warm_start import warm_start, warmup_note
+from train.loop.compile_cache import load_compile_cache, save_compile_cache
+from train.loop.objective import init_draft_weights
+from train.loop.state import latest_checkpoint
+from train.loop.stop_signals import RunStopped
+from train.loop.target import apply_speed_settings, load_target
+from train.loop.trainer import RunResult, Trainer
+from train.prepare.regenerate import REGENERATED_NAME, regenerate_train_rows
+from train.publish.export import export_final
 
 
 def check_output_dir(cfg) -> Path:
@@ -203,7 +198,8 @@ def run(cfg) -> dict:
 
 def data_provenance(path: str) -> dict:
     """The training file, and how it was made when the target regenerated it
-    (`python -m train.regenerate` writes PATH.summary.json: rows, tokens, sampling, backend)."""
+    (`python -m train.prepare.regenerate` writes PATH.summary.json: rows, tokens, sampling,
+    backend)."""
     summary = Path(path + ".summary.json")
     made = json.loads(summary.read_text()) if summary.is_file() else None
     return {"path": path, "regenerated": made}

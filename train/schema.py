@@ -16,7 +16,7 @@ class TargetCfg:
     dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
     build_tiny: bool = False  # build the embedded tiny target at `path` if it is missing
     tiny_minutes: float = 3.0  # training budget of that build
-    prepare: str | None = None  # train/prepare_target.py name: build it at `path` if missing
+    prepare: str | None = None  # train/prepare/target.py name: build it at `path` if missing
     trust_remote_code: bool = False
 
 
@@ -37,7 +37,8 @@ class DraftCfg:
     sample_from_anchor: bool = True  # DSpark anchor-first (True) or DFlash 1+N (False)
     dspark_draft_topk: int | None = None
     target_layer_ids: list[int] | None = None  # null: 5 ids spread over 1..N-3
-    mask_token: str | None = "auto"  # token for the mask slots; auto: chosen (train/mask_token.py)
+    # token for the mask slots; auto: chosen (train/init/mask_token.py)
+    mask_token: str | None = "auto"
     mask_token_id: int | None = None  # explicit id (wins over mask_token)
 
 
@@ -91,12 +92,13 @@ class OptimCfg:
     min_lr_ratio: float = 0.0
     clip: float = 1.0
     # cosine: warm-up, then cosine over the rest | wsd: warm-up, hold the peak, then a cosine over
-    # the last decay_ratio of the steps after warm-up (train/schedule.py)
+    # the last decay_ratio of the steps after warm-up (train/loop/schedule.py)
     schedule: str = "cosine"
     decay_ratio: float = 0.2  # wsd only: share of the horizon after warm-up spent decaying, (0, 1]
-    # the Markov head's learning rate as a multiple of lr (train/optim_groups.py); > 0
+    # the Markov head's learning rate as a multiple of lr (train/loop/optim_groups.py); > 0
     markov_lr_scale: float = 1.0
-    # the Markov head's own AdamW weight decay (train/optim_groups.py); None: weight_decay; >= 0
+    # the Markov head's own AdamW weight decay (train/loop/optim_groups.py); None: weight_decay;
+    # >= 0
     markov_weight_decay: float | None = None
 
 
@@ -110,12 +112,12 @@ class TrainerCfg:
     max_steps: int = 100
     max_seconds: float = 0.0  # stop (evaluate, save, export) once training ran this long; 0: off
     # With max_seconds: plan the learning-rate schedule (warm-up and decay) for the steps the
-    # budget holds, measured after the first 22 steps (train/schedule.py), so it ends where the
+    # budget holds, measured after the first 22 steps (train/loop/schedule.py), so it ends where the
     # run does; false: plan it for max_steps and cut it wherever the time runs out.
     schedule_to_time: bool = True
     num_anchors: int = 512
     # uniform: anchors drawn at random among an answer's positions | walk: among those where the
-    # current draft's greedy rounds start (train/walk_anchors.py); evaluation is always uniform
+    # current draft's greedy rounds start (train/loop/walk_anchors.py); evaluation is always uniform
     anchor_sampling: str = "uniform"
     eval_every: int = 0  # 0 = only at the end
     eval_batches: int = 8
@@ -131,14 +133,16 @@ class TrainerCfg:
     threads: int | None = None  # torch CPU threads (null: leave as is)
     step_delay_s: float = 0.0  # debugging aid: pause after each step (the crash/resume test)
     max_bad_batches: int = 0  # non-finite loss/grad batches to skip (no step) before stopping
-    # Speed (GPU only; train.setup.apply_speed_settings, measured by scripts/bench_train_scale.py):
+    # Speed (GPU only; train.loop.target.apply_speed_settings, measured by
+    # scripts/bench_train_scale.py):
     draft_attention: str = "sdpa"  # the draft's block mask: sdpa (dense boolean) | flex (BlockMask)
     target_attention: str = "sdpa"  # the target's document-causal mask: sdpa | flex
     compile_draft: bool = False  # torch.compile each draft layer
     compile_target: bool = False  # torch.compile each target decoder layer (forward only)
     compile_loss: bool = False  # torch.compile the fused loss's [chunk, vocab] passes
     # torch.compile's artifacts: loaded before the first compile, written after the run
-    # (train/compile_cache.py); for machines that start empty, e.g. a file carried between them.
+    # (train/loop/compile_cache.py); for machines that start empty, e.g. a file carried between
+    # them.
     compile_cache: str | None = None
 
 
@@ -176,16 +180,16 @@ class DistillCfg:
     resume: bool = False
     overwrite: bool = False  # allow a fresh run to replace OUTPUT's checkpoints
     # an exported draft (OUTPUT/final of a run) to start from instead of fresh weights; the
-    # optimizer, schedule and data start afresh (train/warm_start.py)
+    # optimizer, schedule and data start afresh (train/init/warm_start.py)
     init_from: str | None = None
     # with init_from and a reduced draft vocabulary: "keep" the checkpoint's draft -> target map,
     # or "rebuild" it from this run's data (Markov rows of the ids in both maps carried over)
     init_from_vocab: str = "keep"
     # target layer ids the draft's decoder layers start from, one per draft layer (negative: from
-    # the end); null: fresh weights (train/layer_init.py)
+    # the end); null: fresh weights (train/init/layer_init.py)
     init_layers_from_target: list[int] | None = None
     # the Markov head's previous-token rows from the target embedding's principal directions
-    # instead of noise (train/markov_init.py)
+    # instead of noise (train/init/markov_init.py)
     init_markov_from_embedding: bool = False
     print_config: bool = False
     # build everything, export the draft as it starts (untrained, or the checkpoint resume=true

@@ -12,7 +12,7 @@ loop call `markov_step` without knowing the variant. Stock vLLM serves only vani
 Adding a head type touches:
 1. `common.config.MARKOV_HEAD_TYPES` (the schema's choices, the bench scripts' options and the
    tests' parametrizations read it; `VLLM_MARKOV_HEAD_TYPES` only if stock vLLM builds it);
-2. `MarkovHead.__init__` (its layers, inside the head so `train.optim_groups` gives them the
+2. `MarkovHead.__init__` (its layers, inside the head so `train.loop.optim_groups` gives them the
    head's rate) and `MarkovHead.step` (how `u_k` is made; a state threads through the slots);
 3. `common.checkpoint_files.SPECULATORS_RENAMES` where `speculators` names its layers otherwise.
 The lossless-sampling, training-equivalence and optimizer-group tests then cover it unchanged.

@@ -1,7 +1,8 @@
 """Per-position temperature scaling of the confidence head (STS calibration).
 
 The head outputs c_k = sigmoid(z_k). Calibration fits one temperature T_k per draft slot on
-held-out data (`python -m train.calibrate`) and serving uses c'_k = sigmoid(z_k / T_k), which
+held-out data (`python -m train.publish.calibrate`) and serving uses c'_k = sigmoid(z_k / T_k),
+which
 keeps the order of confidences within a slot and fixes their scale, the thing the adaptive
 scheduler's survival products are sensitive to.
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.gpu.check_carries import LIMIT, tree_bytes  # noqa: E402
-from train.package_files import sha256_file  # noqa: E402
+from train.publish.package_files import sha256_file  # noqa: E402
 
 MANIFEST = "carry.json"
 ROOTS = {"carry": ("CARRY_DIR", "/tmp/carry"), "vx": ("VX_DIR", "/tmp/vx")}

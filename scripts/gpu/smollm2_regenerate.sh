@@ -18,7 +18,7 @@
 #   holds every held-out prompt and each train prompt's first answers.
 # --gpu-memory F: vLLM's share of the GPU's memory (default 0.9), lower to share the GPU.
 # --engines N (default 1): N vLLM engines share the GPU, each its own process answering every Nth
-#   chunk of 1,024 prompts (train.regenerate --shard K/N, then --join-shards N), each with 0.9/N of
+#   chunk of 1,024 prompts (train.prepare.regenerate --shard K/N, then --join-shards N), each with 0.9/N of
 #   the memory (or --gpu-memory's share / N); engine K+1 starts once engine K is built (vLLM's
 #   start-up memory profile asserts when another process frees GPU memory meanwhile). The loop of
 #   one engine is bound by the host (above), and the machine has 16 cores. On 2026-12-05 (an H100)
@@ -35,7 +35,7 @@
 #   contexts a greedily served draft meets (docs/benchmarks.md, "Regeneration temperature"); use
 #   --samples 1 with it (greedy answers to one prompt are all the same).
 # --turns later: the prompts are each conversation's later turns (sharegpt-SPLIT.later.jsonl,
-#   prepare_carry.sh: `train.prepare_data --turns later`, the chat up to its second, third, ...
+#   prepare_carry.sh: `train.prepare.data --turns later`, the chat up to its second, third, ...
 #   user turn), which the first-turn sets (tags regen, greedy) leave out; use another --tag.
 # --extra NAME (repeatable): NAME-train.jsonl's prompts too, spread among the train ones
 #   (regen_prompts.py; pystdlib, pypackages: HumanEval-form code prompts, prepare_carry.sh);
@@ -94,7 +94,7 @@ esac
 # loop also builds every step's outputs.
 unset VLLM_ENABLE_V1_MULTIPROCESSING
 regenerate() {  # regenerate [ARGS...]: the target answers the prompt file into $ALL (or a shard)
-  python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
+  python3 -m train.prepare.regenerate --target artifacts/smollm2-135m-instruct --data $D/prompts.jsonl \
     --out $ALL --backend "$BACKEND" ${REGEN_MAX_ROWS:+--max-rows $REGEN_MAX_ROWS} --temperature "$TEMPERATURE" \
     --top-p 0.8 --max-new-tokens "${REGEN_MAX_NEW_TOKENS:-512}" ${GRAPHS:+--vllm-cuda-graphs --vllm-max-num-seqs 512} "$@" 2>&1 |
     grep --line-buffered -v "it/s\]"
@@ -125,7 +125,7 @@ else
     for k in "${!pids[@]}"; do wait_built $k ${pids[$k]} $D/.engine$k.ready; done
   fi
   wait
-  python3 -m train.regenerate --target artifacts/smollm2-135m-instruct --out $ALL --join-shards "$ENGINES"
+  python3 -m train.prepare.regenerate --target artifacts/smollm2-135m-instruct --out $ALL --join-shards "$ENGINES"
   python3 -c "import json; s = json.load(open('$ALL.summary.json')); print(f\"{s['engines']} engines: {s['written_this_run']} answers in {s['seconds_this_run']} s\")"
 fi
 python3 - "$TAG" <<'PY'

@@ -125,7 +125,7 @@ def build_draft_dirs(shape: str, target_dir: Path, work: Path, ks, vocabs) -> di
     from common.config import DSparkConfig
     from common.model import DSparkDraftModel
     from scripts.bench_train_scale import synthetic_vocab_map
-    from train.objective import init_draft_weights
+    from train.loop.objective import init_draft_weights
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dirs = {}

@@ -6,7 +6,7 @@ import os
 import sys
 
 from train.distill import main
-from train.objective import DistillObjective
+from train.loop.objective import DistillObjective
 
 BAD_CALL = int(os.environ["DSPARK_TEST_NAN_CALL"])
 BAD_RANK = os.environ.get("DSPARK_TEST_NAN_RANK", "1")

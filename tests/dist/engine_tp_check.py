@@ -3,7 +3,7 @@ process: every rank's outputs and spec-decode counters bit-identical to tp=1's.
 
 Launch either way:
     torchrun --nproc-per-node 2 tests/dist/engine_tp_check.py
-or in-process through `spawn_engine_check(world_size)` (tests/test_engine_tp.py does, on gloo).
+or in-process through `spawn_engine_check(world_size)` (tests/dist/test_engine_tp.py does, on gloo).
 
 Every rank builds the same tiny float64 models (seeded), runs the tp engine (collectives inside)
 and, itself, a tp=1 engine on the same requests: sampled and mixed temperatures, probabilistic
@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a file by torchrun: make the repo import
 from common.sampling.draft_budget import PaddedCostTable  # noqa: E402
 from serve.engine import Engine, EngineOptions, SamplingParams  # noqa: E402
 from tests.dist.sharded_walk_check import free_port  # noqa: E402
-from tests.test_engine_helpers import make_draft, make_target  # noqa: E402
+from tests.unit.test_engine_helpers import make_draft, make_target  # noqa: E402
 
 PROMPTS = [[5, 7, 9], [11, 12, 13, 14, 15, 16, 17, 18, 19], [20], [30, 31, 32, 33, 34], [40, 41]]
 MAX_TOKENS = [13, 9, 17, 12, 15]

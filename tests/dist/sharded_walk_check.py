@@ -3,7 +3,7 @@
 Launch either way:
     torchrun --nproc-per-node 2 tests/dist/sharded_walk_check.py --backend gloo
     torchrun --nproc-per-node 2 tests/dist/sharded_walk_check.py --backend nccl --device cuda
-or in-process through `spawn_check(world_size, ...)` (what tests/test_sampling_sharded.py does).
+or in-process through `spawn_check(world_size, ...)` (what tests/dist/test_sampling_sharded.py does).
 
 Every rank builds the same tiny models (seeded) and inputs, computes the replicated walk itself,
 runs `sharded_markov_walk`, and asserts draft ids and confidences are bit-identical (confidences

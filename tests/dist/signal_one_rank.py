@@ -7,7 +7,7 @@ import signal
 import sys
 
 from train.distill import main
-from train.objective import DistillObjective
+from train.loop.objective import DistillObjective
 
 CALL = int(os.environ["DSPARK_TEST_SIGNAL_CALL"])
 RANK = os.environ.get("DSPARK_TEST_SIGNAL_RANK", "1")

@@ -1,5 +1,5 @@
 """An independent loss oracle: SpecForge 0.2.0's own DSpark objective (`OnlineDSparkModel`,
-which no one here wrote) against `train/loss.py`, on the same batch, anchors, hidden states and
+which no one here wrote) against `train/loop/loss.py`, on the same batch, anchors, hidden states and
 weights.
 
 SpecForge's objective is called below its backbone (`_build_dspark_labels_and_mask`, then
@@ -26,7 +26,7 @@ from torch import nn
 from common.config import MARKOV_HEAD_TYPES
 from common.model.draft import TrainForward
 from tests.conftest import tiny_model
-from train.loss import block_targets, distill_loss
+from train.loop.loss import block_targets, distill_loss
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -150,7 +150,7 @@ def test_our_export_loads_losslessly_in_speculators(choices, random_target, tmp_
         tmp_path / "final-speculators",
         fmt="speculators",
         embed_from_target=True,
-        include_embed=False,  # the lean export train.export writes
+        include_embed=False,  # the lean export train.publish.export writes
         include_lm_head=False,
         **choices,
     )

@@ -1,6 +1,7 @@
 """Lean exports and a Llama target, through vLLM's own loaders.
 
-Lean export (what `train.export` writes): no embed_tokens, and no lm_head with the full vocab.
+Lean export (what `train.publish.export` writes): no embed_tokens, and no lm_head with the full
+vocab.
 Poisoned both ways: vLLM's `load_weights` must leave exactly those parameters unloaded (nothing
 else), and the GPU runner's `load_dspark_model` must then replace them with the target's own
 modules, so that no poisoned value survives and the draft's logits and embeddings are ours.

@@ -8,11 +8,12 @@ Options: sharegpt takes `turns` (all | first | each | later), `seed` (split seed
 `heldout_fraction` (0.02); humaneval takes none. `file=PATH` (both) reads that file instead of
 the package's.
 
-`materialize(spec)` finds the package file (train/package_files.py), builds every split of the
+`materialize(spec)` finds the package file (train/publish/package_files.py), builds every split of
+the
 source once into `<cache>/data/NAME-<key>/` (key: sha256 of the source file + the options; temp
 dir + rename, so a killed build leaves nothing) and returns the requested split's JSONL, which
 `train.data.sources.load_rows` then reads like any local file. `write_prepared` is the same build
-into a folder of your choice (`python -m train.prepare_data`).
+into a folder of your choice (`python -m train.prepare.data`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl
 
 from common.atomic_file import replaced_whole
-from train.package_files import cache_root, find_package_file, sha256_file
+from train.publish.package_files import cache_root, find_package_file, sha256_file
 
 FORMAT_VERSION = 1  # bump when the rows a build writes change, so old caches are not reused
 

@@ -5,7 +5,8 @@ Every public function, and every public method of a public class, that has a doc
 a task written as HumanEval writes one (the signature, then the docstring indented in triple
 quotes, a method inside its class's header) behind the same instruction
 (`train.data.humaneval.code_task_row`). Only prompts: the target writes the answers
-(`train.regenerate`). Files are read in a fixed order (a folder's files before its subfolders,
+(`train.prepare.regenerate`). Files are read in a fixed order (a folder's files before its
+subfolders,
 each sorted), so the same tree gives the same rows.
 """
 

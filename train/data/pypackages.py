@@ -5,7 +5,7 @@ least 0.8 (docs/benchmarks.md, "Where those misses fall against the target's own
 the draft lacks code, not the target certainty. The standard library gives 3,630 prompts
 (`train/data/pystdlib.py`); the packages named here give more of the same form
 (`train/data/pycode.py`): each package's documented public functions and methods, tests left
-out. Only prompts: the target writes the answers (`train.regenerate`).
+out. Only prompts: the target writes the answers (`train.prepare.regenerate`).
 
 Row: `{"id": "pypackages/PACKAGE/PATH:NAME", "messages": [...]}`. The rows depend on the installed
 versions (the report names each, with its count); the same versions and seed give the same rows

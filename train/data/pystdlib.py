@@ -7,7 +7,7 @@ source of the same form: every public function, and every public method of a pub
 has a docstring, in the standard library's modules (tests, demos and GUI packages left out),
 written as HumanEval writes a task (`train/data/pycode.py`, shared with the installed packages'
 prompts of `train/data/pypackages.py`). Only prompts: the target writes the answers
-(`train.regenerate`), as it does for ShareGPT's.
+(`train.prepare.regenerate`), as it does for ShareGPT's.
 
 Row: `{"id": "pystdlib/PATH:NAME", "messages": [{"role": "user", "content": ...}]}`. The rows depend
 on the Python that builds them (the report names its version); the same Python and seed give the

@@ -12,7 +12,8 @@ Contracts:
   all-ones mask: training on prompts would teach the draft user text.
 - `data.chat_template=FILE` overrides the tokenizer's template (either path applies to it);
   `template_kwargs` (e.g. {"enable_thinking": False}) go to the template.
-- a regenerated chat row (a `regen` field, train.regenerate) supervises its final assistant turn
+- a regenerated chat row (a `regen` field, train.prepare.regenerate) supervises its final
+assistant turn
   only: the target wrote that one; earlier assistant turns are the source data's answers, context
   the draft never proposes at serving time (counted as `regen_final_turn`).
 - text rows: `tokenizer(text)` (so a BOS-requiring target gets its BOS) plus EOS; all supervised.

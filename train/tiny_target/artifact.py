@@ -19,7 +19,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from train.package_files import sha256_file
+from train.publish.package_files import sha256_file
 
 RECIPE_VERSION = 1  # bump when the builder changes what a recipe produces
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "data/train.jsonl")

@@ -4,7 +4,8 @@ Design choices:
 - Qwen2-style pre-tokenizer regex: a newline run is its own piece (`\\s*[\\r\\n]+`), so indentation
   never merges with the newline before it. That keeps the chat template's "assistant\\n" header and
   the assistant content in separate tokens, which is what makes the assistant mask exact.
-- Special tokens get the first ids, in `SPECIAL_TOKENS` order (pinned by tests/test_tiny_target.py).
+- Special tokens get the first ids, in `SPECIAL_TOKENS` order (pinned by
+tests/integration/test_tiny_target.py).
   `<|mask|>` is never seen in training: it exists so a DSpark draft has a dedicated mask-slot id.
 - eos is `<|im_end|>` (a chat model stops at the end of its turn); pad is `<|endoftext|>`, which
   also separates packed documents during training.

@@ -1,0 +1,222 @@
+"""STS calibration: the temperature fit, ECE, the CLI on a trained checkpoint, and the engine's
+scheduler consuming calibrated confidences."""
+
+import json
+
+import pytest
+import torch
+
+from common.sampling.calibration import (
+    CALIBRATION_NAME,
+    apply_temperatures,
+    expected_calibration_error,
+    fit_temperature,
+    load_temperatures,
+)
+
+
+def test_fit_recovers_the_generating_temperature_and_lowers_ece():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(20000, generator=g) * 3
+    target = torch.bernoulli(torch.sigmoid(z / 2.5), generator=g)
+    t = fit_temperature(z, target)
+    assert t == pytest.approx(2.5, rel=0.05)
+    before = expected_calibration_error(torch.sigmoid(z), target)
+    after = expected_calibration_error(torch.sigmoid(z / t), target)
+    assert after < 0.02 < before
+
+
+def test_ece_matches_a_naive_binning():
+    c = torch.tensor([0.05, 0.1, 0.55, 0.6, 0.95])
+    y = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0])
+    # bins of width 1/15: {0.05}, {0.1}, {0.55}, {0.6}, {0.95} are all separate bins
+    ref = sum(abs(ci - yi) for ci, yi in zip(c.tolist(), y.tolist(), strict=True)) / 5
+    assert expected_calibration_error(c, y) == pytest.approx(ref)
+
+
+def test_apply_and_load(tmp_path):
+    c = torch.tensor([[0.2, 0.7, 0.9]])
+    assert torch.allclose(apply_temperatures(c, torch.ones(3)), c, atol=1e-6)
+    hot = apply_temperatures(c, torch.full((3,), 4.0))
+    assert ((hot - 0.5).abs() < (c - 0.5).abs()).all()  # T > 1 pulls toward 0.5
+    assert load_temperatures(tmp_path) is None
+    (tmp_path / CALIBRATION_NAME).write_text(json.dumps({"temperatures": [1.0, -2.0]}))
+    with pytest.raises(ValueError, match="positive"):
+        load_temperatures(tmp_path)
+
+
+def test_calibrate_cli_on_a_trained_checkpoint(tmp_path):
+    from tests.integration.test_distill import fast
+    from tests.tiny_assets import build_tiny_random_target
+    from train.distill import main as distill
+    from train.publish.calibrate import main as calibrate
+
+    target = build_tiny_random_target(tmp_path / "t")
+    assert distill(fast(target, tmp_path / "run")) == 0
+    ckpt = tmp_path / "run" / "final"
+    assert (
+        calibrate(
+            [
+                str(ckpt),
+                "--target",
+                str(target),
+                "--seq-len",
+                "64",
+                "--device",
+                "cpu",
+                "--anchors",
+                "8",
+            ]
+        )
+        == 0
+    )
+    res = json.loads((ckpt / CALIBRATION_NAME).read_text())
+    assert len(res["temperatures"]) == 7 and all(t > 0 for t in res["temperatures"])
+    assert len(res["ece_before"]) == len(res["ece_after"]) == 7
+    assert torch.equal(load_temperatures(ckpt), torch.tensor(res["temperatures"]))
+
+
+def test_engine_scheduler_sees_calibrated_confidences(tmp_path, monkeypatch):
+    import serve.engine.engine as eng_mod
+    from serve.engine import Engine, EngineOptions, SamplingParams
+    from tests.unit.test_engine import PROMPTS, make_draft, make_target, save_draft, save_target
+
+    target = make_target(0, predictable=True)
+    draft = make_draft(target, True, None, tuned=True)
+    save_target(target, tmp_path / "target")
+    save_draft(draft, tmp_path / "draft")
+    seen = []
+    real = eng_mod.plan_budgeted_verify_lengths
+    monkeypatch.setattr(
+        eng_mod,
+        "plan_budgeted_verify_lengths",
+        lambda conf, table: seen.append(conf.clone()) or real(conf, table),
+    )
+
+    def run():
+        e = Engine.from_options(
+            EngineOptions(
+                target=str(tmp_path / "target"),
+                checkpoint=str(tmp_path / "draft"),
+                dtype="float64",
+                adaptive_verification=True,
+                max_model_len=64,
+            )
+        )
+        return e.generate([PROMPTS[0]], SamplingParams(max_tokens=8))
+
+    plain = run()
+    raw = seen[0]
+    seen.clear()
+    n = raw.shape[1]
+    (tmp_path / "draft" / CALIBRATION_NAME).write_text(json.dumps({"temperatures": [3.0] * n}))
+    assert run() == plain  # greedy output unchanged (lossless either way)
+    assert torch.allclose(seen[0], apply_temperatures(raw, torch.full((n,), 3.0)), atol=1e-6)
+
+
+# ---------------------------------------------------------------------- the sequential objective
+def naive_survival_bce(z, y, mask, t) -> float:
+    """Plain loops: mean over valid (m, k) of BCE(prod_{i<=k} sigmoid(z_i/T_i), y_k)."""
+    import math
+
+    total, count = 0.0, 0
+    for m in range(z.shape[0]):
+        s = 1.0
+        for k in range(z.shape[1]):
+            s *= 1.0 / (1.0 + math.exp(-float(z[m, k]) / float(t[k])))
+            if mask[m, k]:
+                yk = float(y[m, k])
+                total -= yk * math.log(s) + (1 - yk) * math.log(1 - s)
+                count += 1
+    return total / count
+
+
+def synthetic_blocks(true_t, m=4000, seed=0):
+    """Logits z, per-slot acceptance generated by sigmoid(z_k / T*_k), prefix masks."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(true_t)
+    z = torch.randn(m, n, generator=g, dtype=torch.float64) * 2 + 1.5
+    acc = torch.sigmoid(z / torch.tensor(true_t, dtype=torch.float64))
+    lengths = torch.randint(1, n + 1, (m,), generator=g)
+    mask = torch.arange(n) < lengths.view(-1, 1)
+    return z, acc, mask
+
+
+def test_survival_bce_equals_a_naive_loop():
+    from common.sampling.calibration import prefix_accept, survival_bce
+
+    z, acc, mask = synthetic_blocks([2.0, 0.5, 1.0], m=50)
+    t = torch.tensor([1.3, 0.7, 2.2], dtype=torch.float64)
+    ours = float(survival_bce(z, prefix_accept(acc), mask, t))
+    assert ours == pytest.approx(naive_survival_bce(z, prefix_accept(acc), mask, t), rel=1e-10)
+
+
+def test_sequential_fit_recovers_temperatures_and_beats_a_brute_force_grid():
+    from common.sampling.calibration import (
+        fit_sequential_temperatures,
+        prefix_accept,
+        survival_bce,
+    )
+
+    true_t = [2.0, 0.5, 1.0]
+    z, acc, mask = synthetic_blocks(true_t)
+    t = fit_sequential_temperatures(z, acc, mask)
+    assert t.tolist() == pytest.approx(true_t, rel=1e-3)
+    # Brute force on two slots: a log grid over (T_0, T_1) never beats the fit.
+    z2, acc2, mask2 = z[:400, :2], acc[:400, :2] * 0.9, mask[:400, :2]  # a mis-specified head
+    fit2 = fit_sequential_temperatures(z2, acc2, mask2)
+    y2 = prefix_accept(acc2)
+    grid = torch.logspace(-1, 1, 41, dtype=torch.float64)
+    best = min(float(survival_bce(z2, y2, mask2, torch.stack([a, b]))) for a in grid for b in grid)
+    assert float(survival_bce(z2, y2, mask2, fit2)) <= best + 1e-9
+
+
+def test_sequential_and_per_slot_objectives_differ_and_each_wins_its_own_ece():
+    from common.sampling.calibration import (
+        fit_sequential_temperatures,
+        prefix_accept,
+        survival_bce,
+    )
+    from train.publish.calibrate import calibrate, per_slot_temperatures
+
+    # Acceptance of slot 1 is lower than the head says once slot 0 was uncertain: per-slot
+    # calibration cannot see that, the survival objective can.
+    z, acc, mask = synthetic_blocks([1.0, 1.0, 1.0], m=6000, seed=3)
+    acc = acc.clone()
+    acc[:, 1:] *= acc[:, :1] ** 2
+    seq = fit_sequential_temperatures(z, acc, mask)
+    per = per_slot_temperatures(z, acc, mask)
+    assert not torch.allclose(seq, per, rtol=0.05)
+    y = prefix_accept(acc)
+    assert float(survival_bce(z, y, mask, seq)) < float(survival_bce(z, y, mask, per))
+    res = calibrate(z.float(), acc.float(), mask, "sequential")
+    assert sum(res["ece_after"]) < sum(res["ece_before"])
+    assert res["objective"] == "sequential" and len(res["temperatures"]) == 3
+
+
+def test_fold_into_weights_is_what_vllm_computes(tmp_path):
+    from common.checkpoint import load_checkpoint, save_checkpoint
+    from tests.unit.test_engine_helpers import make_draft, make_target
+    from train.publish.calibrate import fold_into_weights
+
+    draft = make_draft(make_target(0), True, None).float()
+    ckpt = save_checkpoint(draft, tmp_path / "d", dtype=torch.float32)
+    res = {"temperatures": [2.0, 3.0, 1.5, 4.0], "shared_temperature": 2.5}
+    out = fold_into_weights(ckpt, res)
+    # The lean export leaves the embedding (and the full-vocab lm_head) to the target's tables.
+    tables = {"target_embed": draft.embed_tokens.weight, "target_lm_head": draft.lm_head.weight}
+    folded = load_checkpoint(ckpt, **tables)
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(6, draft.config.hidden_size, generator=g)
+    e = torch.randn(6, draft.config.markov_rank, generator=g)
+    # vLLM computes sigmoid(proj(x)) from the weights alone: that is now sigmoid(z / 2.5) ...
+    z = draft.confidence_head.logits(h, e)
+    torch.testing.assert_close(folded.compute_confidence(h, e), torch.sigmoid(z / 2.5))
+    # ... and the engine's file composes to z / T_k exactly.
+    assert out["temperatures"] == pytest.approx([0.8, 1.2, 0.6, 1.6])
+    c = folded.compute_confidence(h, e).view(6, 1).expand(6, 4)
+    composed = apply_temperatures(c, torch.tensor(out["temperatures"]))
+    ref = torch.sigmoid(z.view(6, 1) / torch.tensor([2.0, 3.0, 1.5, 4.0]))
+    torch.testing.assert_close(composed, ref, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="already"):
+        fold_into_weights(ckpt, res)

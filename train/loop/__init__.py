@@ -1,0 +1,1 @@
+"""The distillation loop: the trainer, its state and schedule, the loss and what feeds it."""
