@@ -86,6 +86,38 @@ SHAPES = {
             "fsdp",
         ],
     },
+    "qwen25_coder_1p5b": {
+        "family": "qwen2",
+        "target": dict(
+            vocab_size=151_936,
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            max_position_embeddings=32_768,
+            rope_theta=1_000_000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        ),
+        # The 1.5B recipe's draft: 3 layers, a 32k draft vocabulary, 7 drafts a round; rows of
+        # 4,096 tokens, one micro-batch per optimizer step.
+        "overrides": [
+            "+experiment=qwen3_8b_dspark",
+            "draft.num_hidden_layers=3",
+            "draft.target_layer_ids=null",
+            "draft.draft_vocab_size=32768",
+            "draft.mask_token_id=151646",
+            "trainer.grad_accum=1",
+            "trainer.micro_batch_size=8",
+        ],
+        "variants": [
+            "fused_loss",
+            "fused_flex_tflex",
+            "fused_flex_tflex_compile_tcompile",
+            "fused_flex_tflex_compile_tcompile+trainer.micro_batch_size=16",
+        ],
+    },
     "smollm2_135m": {
         "family": "llama",
         "target": dict(
@@ -214,10 +246,10 @@ def measured_bf16_flops(n: int = 8192, iters: int = 10) -> float:
 def build_target(shape: str, device: torch.device, dtype: torch.dtype, seed: int = 0):
     """Random-weight HF causal LM of SHAPES[shape], built in seconds: meta device, `to_empty`,
     normal(0, 0.02) matrices, unit norm weights, the rotary tables recomputed on `device`."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
     spec = SHAPES[shape]
-    cls = {"qwen3": Qwen3Config, "llama": LlamaConfig}[spec["family"]]
+    cls = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}[spec["family"]]
     hf = cls(**spec["target"], attn_implementation="sdpa")
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
