@@ -7,7 +7,7 @@ Pinned here, read from the text (nothing is imported or run):
   docs/*.md names a module file of this repository, found by `importlib`'s path finder inside the
   repo (a package needs a `__main__.py`); third-party modules only from `THIRD_PARTY`;
 - every `+experiment=NAME` names a file in configs/experiment/, every relative link a file;
-- docs/train.md documents every key of `train/schema.py`;
+- docs/train.md documents every key of `train/schema.py`, and names no key it lacks;
 - nothing points outside the repository (`../shared`) or at research material: no
   `docs/benchmarks` path, and `lab/` only as the README's layout entry, whose one link is
   `lab/README.md` (the lab's rules). The product docs never send a user into the lab.
@@ -169,6 +169,21 @@ def test_train_md_documents_every_schema_key():
     assert "trainer.max_steps" in keys and "data.regenerate.temperature" in keys
     missing = [k for k in keys if f"`{k}`" not in text]
     assert not missing, f"docs/train.md lacks {missing}"
+
+
+def test_every_key_train_md_names_exists():
+    # The other direction: a key renamed or removed in the schema must leave the page too.
+    text = (ROOT / "docs" / "train.md").read_text()
+    groups = "|".join(
+        f.name
+        for f in dataclasses.fields(DistillCfg)
+        if f.default_factory is not dataclasses.MISSING
+        and dataclasses.is_dataclass(f.default_factory)
+    )
+    named = set(re.findall(rf"`((?:{groups})\.[a-z_][\w.]*)`", text))
+    assert "trainer.max_steps" in named
+    unknown = sorted(named - set(schema_keys()))
+    assert not unknown, f"docs/train.md names keys the schema lacks: {unknown}"
 
 
 @pytest.mark.parametrize("needle", ["../shared", "docs/benchmarks"])
