@@ -1,10 +1,10 @@
-"""scripts/smollm2_summary.py: headline figures beside the raw files they come from."""
+"""lab/analysis/smollm2_summary.py: headline figures beside the raw files they come from."""
 
 import json
 
 import pytest
 
-from scripts.smollm2_summary import summary
+from lab.analysis.smollm2_summary import summary
 
 
 def test_speedups_carry_their_paired_interval_and_missing_files_are_null(tmp_path):
