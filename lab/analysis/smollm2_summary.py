@@ -1,6 +1,7 @@
 """Headline figures of the SmolLM2 run, each read from the raw file it comes from.
 
-    python lab/analysis/smollm2_summary.py RESULTS [--engine-cpu FILE] [--gate FILE] [--out FILE]
+    python lab/analysis/smollm2_summary.py RESULTS --device CARD [--engine-cpu FILE] [--gate FILE]
+        [--out FILE]
 
 Reads, under the results folder: smollm2_dspark_vs_dflash.json (scripts/eval_acceptance.py),
 smollm2_dspark.summary.json (train.distill), vllm_speedup.json (scripts/vllm_speedup_table.py),
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -99,20 +101,30 @@ def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -
     return out
 
 
+def in_results_format(s: dict, folder: Path, note: str | None, device: str) -> dict:
+    """`s` as docs/results/ keeps a summary (scripts/results_tables.py reads it): sources relative
+    to the summary's folder, and the device and kind (measured) every key there carries."""
+    rel = {
+        k: os.path.relpath(v, folder) if k.endswith("_source") and v else v for k, v in s.items()
+    }
+    return {**({"note": note} if note else {}), "device": device, "kind": "measured", **rel}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--engine-cpu", type=Path, default=None)
     ap.add_argument("--gate", type=Path, default=None, help="default: RESULTS/vllm_gate.json")
     ap.add_argument("--note", default=None, help="what run these figures are from")
+    ap.add_argument("--device", required=True, help="the card they were measured on")
     ap.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
     a = ap.parse_args(argv)
     s = summary(a.results, a.engine_cpu, a.gate)
-    if a.note:
-        s = {"note": a.note, **s}
-    (a.out or a.results / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    out = a.out or a.results / "summary.json"
+    s = in_results_format(s, out.parent, a.note, a.device)
+    out.write_text(json.dumps(s, indent=2) + "\n")
     for k, v in s.items():
-        if not k.endswith("_source") and k != "note":
+        if not k.endswith("_source") and k not in ("note", "device", "kind"):
             shown = "missing" if v is None else (f"{v:.3f}" if isinstance(v, float) else v)
             print(f"{k:<34} {shown}")
     return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -73,20 +74,30 @@ def summary(res: Path, prefix: str, also: tuple[Path, ...] = ()) -> dict:
     return out
 
 
+def in_results_format(s: dict, folder: Path, note: str | None, device: str) -> dict:
+    """`s` as docs/results/ keeps a summary (scripts/results_tables.py reads it): sources relative
+    to the summary's folder, and the device and kind (measured) every key there carries."""
+    rel = {
+        k: os.path.relpath(v, folder) if k.endswith("_source") and v else v for k, v in s.items()
+    }
+    return {**({"note": note} if note else {}), "device": device, "kind": "measured", **rel}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--also", type=Path, nargs="*", default=[], help="earlier runs' folders")
     ap.add_argument("--prefix", default="vllm034_", help="of the gate and test files")
     ap.add_argument("--note", default=None, help="what run these figures are from")
+    ap.add_argument("--device", required=True, help="the card they were measured on")
     ap.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
     a = ap.parse_args(argv)
     s = summary(a.results, a.prefix, tuple(a.also))
-    if a.note:
-        s = {"note": a.note, **s}
-    (a.out or a.results / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    out = a.out or a.results / "summary.json"
+    s = in_results_format(s, out.parent, a.note, a.device)
+    out.write_text(json.dumps(s, indent=2) + "\n")
     for k, v in s.items():
-        if not k.endswith("_source") and k != "note":
+        if not k.endswith("_source") and k not in ("note", "device", "kind"):
             print(f"{k:<28} {f'{v:.3f}' if isinstance(v, float) else v}")
     return 0
 

@@ -20,15 +20,31 @@ def best_train_row(res: dict | None) -> dict | None:
     return max(rows, key=lambda r: r["tokens_per_s"]) if rows else None
 
 
+# The speed-ups at an assumed tau, computed from measured round costs: never served.
+EMULATED = (
+    "speedup_tau4_b128_plain",
+    "speedup_tau4_b128_adaptive",
+    "speedup_tau4_b128_best_fixed_k",
+    "best_fixed_k_tau4_b128",
+    "speedup_tau4_b128_vllm034_budget",
+)
+
+
 def summarize(out: Path) -> dict:
-    s: dict = {}
-    t8 = best_train_row(_load(out / "train_qwen3_8b.json"))
+    """The headline keys in docs/results/'s format: `kind` measured at the top, `KEY_kind`
+    emulated for EMULATED, `device` from the 8B trainer rows where they name one."""
+    s: dict = {"kind": "measured"}
+    raw8 = _load(out / "train_qwen3_8b.json")
+    if raw8 and raw8.get("device"):
+        s["device"] = raw8["device"]
+    t8 = best_train_row(raw8)
     if t8:
         src = "train_qwen3_8b.json"
         s.update(
             train_tokens_per_s=t8["tokens_per_s"],
             train_tokens_per_s_source=src,
             train_variant=t8["variant"],
+            train_variant_source=src,
             train_mfu_spec_peak=t8.get("mfu_spec_peak"),
             train_mfu_spec_peak_source=src,
             train_peak_gib=t8.get("peak_gib"),
@@ -40,6 +56,7 @@ def summarize(out: Path) -> dict:
             train_tokens_per_s_smollm2=ts["tokens_per_s"],
             train_tokens_per_s_smollm2_source="train_smollm2.json",
             train_variant_smollm2=ts["variant"],
+            train_variant_smollm2_source="train_smollm2.json",
         )
     vr = _load(out / "vllm_round" / "results.json")
     if vr:
@@ -67,6 +84,9 @@ def summarize(out: Path) -> dict:
                 ):
                     if r.get(col) is not None:  # absent from older emulation files
                         s[key], s[f"{key}_source"] = r[col], src
+    for key in EMULATED:
+        if key in s:
+            s[f"{key}_kind"] = "emulated"
     return s
 
 

@@ -170,6 +170,10 @@ def test_summary_has_every_headline_key_with_its_source(tmp_path):
     for k in keys:
         assert s[k] is not None and (tmp_path / s[f"{k}_source"]).exists(), k
     assert s["train_tokens_per_s"] == 20.0 and s["train_variant"] == "b"
+    assert s["kind"] == "measured" and s["train_variant_source"] == "train_qwen3_8b.json"
+    # The speed-ups at an assumed tau are labelled as emulations, the measured costs are not.
+    assert s["speedup_tau4_b128_adaptive_kind"] == "emulated"
+    assert "round_over_step_b128_v32k_kind" not in s
 
 
 def test_bench_8b_leaves_out_the_stages_skip_stages_names(tmp_path):
