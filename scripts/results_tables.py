@@ -104,7 +104,7 @@ def fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:#.4g}"
     if isinstance(value, list):
         return ", ".join(fmt(v) for v in value)
     if isinstance(value, dict):

@@ -38,7 +38,7 @@ def test_changed_value_is_stale_until_regenerated(tmp_path, capsys):
     assert main(["--root", str(root)]) == 0
     assert main(["--check", "--root", str(root)]) == 0
     block = (root / "README.md").read_text().split(BEGIN)[1].split(END)[0]
-    assert "| 2.5 |" in block
+    assert "| 2.500 |" in block
 
 
 def test_changed_non_headline_value_stales_results_md_only(tmp_path, capsys):
