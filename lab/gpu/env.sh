@@ -2,7 +2,7 @@
 # left them; see prepare_carry.sh) into /tmp/site, the repo on PYTHONPATH, offline hub, $OUT (the
 # device tool's return folder) defaulting to gpu-out.
 # CARRY_DIR: where session.sh puts the carried files (lab/gpu/carry_pieces.py), /tmp/carry on
-# the device; a rehearsal (rehearse_session.sh) points it elsewhere.
+# the device; a rehearsal on the CPU points it elsewhere.
 export CARRY_DIR="${CARRY_DIR:-/tmp/carry}"
 for w in .whl "$CARRY_DIR/.whl"; do
   if [ -d "$w" ] && [ ! -f /tmp/site/.dspark-wheels ]; then
