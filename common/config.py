@@ -1,6 +1,6 @@
 """`DSparkConfig`: the one schema both training and serving read.
 
-Design choices (see ../shared/docs/dspark.md, docs/vllm-contract.md):
+Design choices (see the DSpark paper and docs/vllm-contract.md):
 - One flat dataclass whose field names are the keys vLLM reads from the draft's config.json, so
   `to_hf_dict()` is a rename-free dump plus the Qwen3 boilerplate vLLM's config loader expects.
 - Every convention that is easy to get silently wrong (layer ids, block layout, draft vocab) is

@@ -1,7 +1,7 @@
 """Table + plot of DSpark vs DFlash acceptance from `scripts/eval_acceptance.py --json` output.
 
-    python scripts/plot_acceptance.py docs/benchmarks/small_h200/small_dspark_vs_dflash.json \
-        --png docs/benchmarks/small_dspark_vs_dflash.png
+    python scripts/plot_acceptance.py outputs/small_dspark_vs_dflash.json \
+        --png outputs/small_dspark_vs_dflash.png
 
 Prints a Markdown table: per (temperature, draft), the mean acceptance length pooled over the
 domains (1 + accepted / drafts, vLLM's definition) and per domain, and the pooled ratio to the

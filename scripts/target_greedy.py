@@ -1,5 +1,5 @@
 """The target's own greedy answers, as references: stop ids, cutting at a stop, batched
-left-padded `generate`. Used by the serve-time gate (scripts/gpu/vllm_vs_engine.py) and the draft
+left-padded `generate`. Used by the serve-time gate (vLLM against the engine) and the draft
 vocabulary ceiling (scripts/draft_vocab_coverage.py)."""
 
 from __future__ import annotations

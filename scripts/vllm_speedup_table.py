@@ -3,7 +3,7 @@
     python scripts/vllm_speedup_table.py RESULTS_DIR [--json OUT.json]
 
 Reads RESULTS_DIR/vllm_target_only_cC.json and vllm_VARIANT_cC.json for every other VARIANT
-(dspark, dspark_adaptive; scripts/gpu/smollm2_serve.sh writes them, one per concurrency C) and
+(dspark, dspark_adaptive: `python -m serve.bench` output, one per concurrency C) and
 prints, per C and variant: mean TPOT (time per output token after the
 first, i.e. decode with prefill timed apart), the decode speed-up TPOT(target-only) / TPOT(DSpark),
 output tokens/s of each (prefill included), mean TTFT, and the mean acceptance length vLLM's

@@ -1,4 +1,4 @@
-"""scripts/gpu/carry_pieces.py: files cut into device calls of equal size come back whole, in any
+"""lab/gpu/carry_pieces.py: files cut into device calls of equal size come back whole, in any
 order of calls, each file only once all its pieces came and its sha256 matches."""
 
 import json
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from scripts.gpu.carry_pieces import SLACK, CarryError, main, pack, pipeline_specs
+from lab.gpu.carry_pieces import SLACK, CarryError, main, pack, pipeline_specs
 
 CAP = 1000  # bytes of carries a call in these tests
 

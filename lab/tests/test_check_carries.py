@@ -1,10 +1,10 @@
-"""scripts/gpu/check_carries.py: a call's bytes are the working tree (tracked and untracked files
+"""lab/gpu/check_carries.py: a call's bytes are the working tree (tracked and untracked files
 git does not ignore, not ignored ones) plus its folders; over the limit or a missing folder
 fails."""
 
 import subprocess
 
-from scripts.gpu.check_carries import check
+from lab.gpu.check_carries import check
 
 
 def test_counts_the_tree_and_the_folders_against_the_limit(tmp_path):

@@ -1,6 +1,7 @@
-"""The serve-time gate's verdict logic (scripts/gpu/vllm_vs_engine.py) and the acceptance
+"""The serve-time gate's verdict logic (lab/gpu/vllm_vs_engine.py) and the acceptance
 table/plot arithmetic (scripts/plot_acceptance.py), on CPU with a tiny random target: the GPU
-run itself is in docs/benchmarks.md; here the checks must reject what they exist to catch."""
+runs are in docs/results/ (vllm034, smollm2); here the checks must reject what they exist to
+catch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from scipy.stats import chi2_contingency
 from transformers import AutoModelForCausalLM
 
-from scripts.gpu.vllm_vs_engine import (
+from lab.gpu.vllm_vs_engine import (
     compare_acceptance,
     cut,
     gate,
@@ -205,8 +206,8 @@ def test_vllm_side_seeds_each_request_as_the_engine_side_does(monkeypatch):
 
     import common.checkpoint
     import common.spec_config
+    from lab.gpu.vllm_vs_engine import run_vllm
     from scripts.eval_acceptance import evaluate
-    from scripts.gpu.vllm_vs_engine import run_vllm
     from serve.engine.stats import SpecDecodeStats
 
     class Params:
@@ -236,7 +237,7 @@ def test_vllm_side_seeds_each_request_as_the_engine_side_does(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=Params))
     monkeypatch.setattr(common.checkpoint, "read_config", lambda d: None)
     monkeypatch.setattr(common.spec_config, "speculative_config", lambda *a, **k: {"x": 1})
-    monkeypatch.setattr("scripts.gpu.vllm_vs_engine.free", lambda llm: None)
+    monkeypatch.setattr("lab.gpu.vllm_vs_engine.free", lambda llm: None)
     prompts = [[1, 2], [3], [4, 5, 6]]
     args = argparse.Namespace(
         vllm_dtype="float32",
@@ -269,7 +270,7 @@ def test_vllm_cost_tables_are_read_from_the_worker():
 
     import pytest
 
-    from scripts.gpu.vllm_vs_engine import vllm_cost_tables
+    from lab.gpu.vllm_vs_engine import vllm_cost_tables
 
     def llm_with(runner):
         worker = types.SimpleNamespace(model_runner=runner)
@@ -288,7 +289,7 @@ def test_matched_cost_table_prices_one_request_as_vllm(tmp_path):
     import types
 
     from common.sampling.draft_budget import PaddedCostTable
-    from scripts.gpu.vllm_vs_engine import matched_cost_table
+    from lab.gpu.vllm_vs_engine import matched_cost_table
 
     draft, verify = [0.0, 1.25, 1.5], [0.0, 2.0, 2.25, 2.5, 3.0]
     res = {"cost_tables": [draft, verify], "speculative_config": {"num_speculative_tokens": 3}}

@@ -1,4 +1,4 @@
-"""The device pipelines (scripts/gpu/*.stages, run by run_all.sh) and poll.sh, which brings their
+"""The device pipelines (lab/gpu/*.stages, run by run_all.sh) and poll.sh, which brings their
 results back: a stage naming a missing or broken script is found here, not after a machine's
 minutes; a poll must return as many shipped parts as one device call brings back (8 files, 64 MiB
 in all), no more (the call would fail), no fewer (a lost machine keeps the rest)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU = ROOT / "scripts" / "gpu"
+GPU = ROOT / "lab" / "gpu"
 STAGES = sorted(GPU.glob("*.stages"))
 CALL_LIMIT = 64 * 1024 * 1024
 
@@ -32,7 +32,7 @@ def test_every_stage_names_a_script_that_parses(stages):
     assert len(set(names)) == len(names), f"{stages.name}: a stage name repeats: {names}"
     for name, script, *_ in lines:
         path = GPU / script
-        assert path.is_file(), f"{stages.name}: stage {name} runs {script}: not in scripts/gpu"
+        assert path.is_file(), f"{stages.name}: stage {name} runs {script}: not in lab/gpu"
         subprocess.run(["bash", "-n", str(path)], check=True)
 
 
@@ -53,10 +53,11 @@ DISTILL_STAGES = [  # (stages file, experiments, overrides) of every smollm2_dis
 )
 def test_every_distill_stage_composes_its_experiments_and_overrides(stages, experiments, overrides):
     """A misspelt experiment or override would cost a device session's minutes, not a test's."""
+    from lab import SEARCHPATH
     from train.config_io import compose_config
 
     for name in experiments:
-        cfg = compose_config([f"+experiment={name}", *overrides])
+        cfg = compose_config([SEARCHPATH, f"+experiment={name}", *overrides])
         assert cfg.experiment_name == name, f"{stages}: {name} names itself {cfg.experiment_name}"
 
 
@@ -217,7 +218,7 @@ def test_no_device_script_reuses_a_variable_the_environment_exports(script):
 
 
 def run_script(tmp_path, script: str, *args: str) -> subprocess.CompletedProcess:
-    """scripts/gpu/SCRIPT ARGS..., its $OUT under tmp_path."""
+    """lab/gpu/SCRIPT ARGS..., its $OUT under tmp_path."""
     return subprocess.run(
         ["bash", str(GPU / script), *args],
         env=dict(os.environ, OUT=str(tmp_path / "out")),

@@ -10,8 +10,8 @@ import torch
 from common.checkpoint import read_config
 from common.contract import check_checkpoint
 from common.sampling.adaptive import SPSTable
-from scripts.gpu import adaptive_emulation as ae
-from scripts.gpu import vllm_round_cost as vrc
+from lab.gpu import adaptive_emulation as ae
+from lab.gpu import vllm_round_cost as vrc
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -136,7 +136,7 @@ def test_adaptive_equals_plain_when_verifying_is_free_and_wins_when_it_is_not():
 
 
 def test_summary_has_every_headline_key_with_its_source(tmp_path):
-    from scripts.gpu.summarize_8b import summarize
+    from lab.gpu.summarize_8b import summarize
 
     (tmp_path / "vllm_round").mkdir()
     (tmp_path / "vllm_round" / "results.json").write_text(json.dumps(synthetic_results()))
@@ -170,6 +170,10 @@ def test_summary_has_every_headline_key_with_its_source(tmp_path):
     for k in keys:
         assert s[k] is not None and (tmp_path / s[f"{k}_source"]).exists(), k
     assert s["train_tokens_per_s"] == 20.0 and s["train_variant"] == "b"
+    assert s["kind"] == "measured" and s["train_variant_source"] == "train_qwen3_8b.json"
+    # The speed-ups at an assumed tau are labelled as emulations, the measured costs are not.
+    assert s["speedup_tau4_b128_adaptive_kind"] == "emulated"
+    assert "round_over_step_b128_v32k_kind" not in s
 
 
 def test_bench_8b_leaves_out_the_stages_skip_stages_names(tmp_path):
@@ -182,7 +186,7 @@ def test_bench_8b_leaves_out_the_stages_skip_stages_names(tmp_path):
     root = Path(__file__).resolve().parents[2]
     names = ["train_qwen3_8b", "train_smollm2", "vllm_a", "vllm_b", "vllm_k", "adaptive"]
     env = dict(os.environ, OUT=str(tmp_path), SKIP_STAGES=" ".join(names))
-    subprocess.run(["bash", "scripts/gpu/bench_8b.sh", "all"], cwd=root, env=env, timeout=60)
+    subprocess.run(["bash", "lab/gpu/bench_8b.sh", "all"], cwd=root, env=env, timeout=60)
     stages = (tmp_path / "stages.txt").read_text().split("\n")
     assert [line.split()[1:] for line in stages if line] == [["skip", n] for n in names]
     assert not (tmp_path / "train_smollm2.log").exists()

@@ -1,4 +1,4 @@
-"""scripts/gpu/session.sh: every call of a device session runs the same line with its own carry,
+"""lab/gpu/session.sh: every call of a device session runs the same line with its own carry,
 so a call that gets no machine (the first of a batch, on 2026-12-05) costs only its carry. Played
 here with a pipeline whose stage waits for files that calls packed by carry_pieces.py bring."""
 
@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from scripts.gpu.carry_pieces import SLACK, pack
+from lab.gpu.carry_pieces import SLACK, pack
 
 REPO = Path(__file__).resolve().parents[2]
-GPU = REPO / "scripts" / "gpu"
+GPU = REPO / "lab" / "gpu"
 SCRIPTS = ("session.sh", "run_all.sh", "env.sh", "poll.sh", "vllm_install.sh")
 # What carry_pieces.py imports, at their places in the repo.
 MODULES = (
     "common/__init__.py",
     "common/atomic_file.py",
-    "scripts/__init__.py",
-    "scripts/gpu/carry_pieces.py",
-    "scripts/gpu/check_carries.py",
+    "lab/__init__.py",
+    "lab/gpu/carry_pieces.py",
+    "lab/gpu/check_carries.py",
     "train/__init__.py",
     "train/publish/package_files.py",
 )
@@ -32,7 +32,7 @@ def machine(tmp_path):
     """A repo with a one-stage pipeline, the device's /tmp folders redirected into tmp_path, and
     two files packed one a call (.k1 brings `one`, .k2 `two`) in tmp_path / "packed"."""
     repo = tmp_path / "repo"
-    gpu = repo / "scripts" / "gpu"
+    gpu = repo / "lab" / "gpu"
     gpu.mkdir(parents=True)
     for name in SCRIPTS:
         (gpu / name).write_text((GPU / name).read_text())
@@ -41,7 +41,7 @@ def machine(tmp_path):
         (repo / rel).write_text((REPO / rel).read_text())
     carry = tmp_path / "carry"
     (gpu / "join.sh").write_text(
-        "source scripts/gpu/env.sh\n"
+        "source lab/gpu/env.sh\n"
         f"wait_for_files 60 {carry}/one {carry}/two || exit 1\n"
         f'cat {carry}/one {carry}/two >"$OUT/joined"\n'
     )
@@ -67,7 +67,7 @@ def machine(tmp_path):
 
 def session(repo: Path, env: dict, pipeline: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", "scripts/gpu/session.sh", pipeline],
+        ["bash", "lab/gpu/session.sh", pipeline],
         cwd=repo,
         env=env,
         capture_output=True,
@@ -141,17 +141,17 @@ def test_a_damaged_call_fails_and_its_file_never_shows(machine):
 def test_an_unknown_pipeline_is_refused(machine):
     repo, env, _ = machine
     done = session(repo, env, "nope")
-    assert done.returncode == 2 and "no scripts/gpu/nope.stages" in done.stderr
+    assert done.returncode == 2 and "no lab/gpu/nope.stages" in done.stderr
 
 
 def test_a_poll_follows_a_real_pipeline_to_its_end(machine):
     """run_all.sh leaves the pid the polls watch: a poll of a running pipeline returns at DONE."""
     repo, env, tmp = machine
-    gpu = repo / "scripts" / "gpu"
+    gpu = repo / "lab" / "gpu"
     (gpu / "nap.sh").write_text('sleep 3; echo napped >"$OUT/nap.txt"\n')
     (gpu / "nap.stages").write_text("nap nap.sh\n")
     res = tmp / "res"
-    subprocess.Popen(["bash", "scripts/gpu/run_all.sh", "nap"], cwd=repo, env=env)
+    subprocess.Popen(["bash", "lab/gpu/run_all.sh", "nap"], cwd=repo, env=env)
     for _ in range(100):  # the pid file is the pipeline's first act
         if (res / "pipeline.pid").exists():
             break

@@ -1,4 +1,4 @@
-"""scripts/greedy_partings.py re-scores a saved gate report's greedy partings on CPU: it rebuilds
+"""greedy_partings.py re-scores a saved gate report's greedy partings on CPU: it rebuilds
 the gate's prompts and finds exactly the step where a run left the target's float64 argmax."""
 
 import json
@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from scripts.gpu.vllm_vs_engine import prompts_of
-from scripts.greedy_partings import main
+from lab.analysis.greedy_partings import main
+from lab.gpu.vllm_vs_engine import prompts_of
 
 
 def test_rescoring_finds_the_planted_parting(target, tmp_path):

@@ -1,11 +1,11 @@
-"""scripts/longer_block_estimate.py: rounds stopped at the cap go on at the last slot's rate."""
+"""longer_block_estimate.py: rounds stopped at the cap go on at the last slot's rate."""
 
 import json
 import random
 
 import pytest
 
-from scripts.longer_block_estimate import estimate, extra_after_cap, main, table
+from lab.analysis.longer_block_estimate import estimate, extra_after_cap, main, table
 from serve.engine.stats import SpecDecodeStats
 
 

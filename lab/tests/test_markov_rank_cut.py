@@ -1,11 +1,11 @@
-"""scripts/markov_bias_scale.py --ranks: the Markov head cut to rank k, against the weighted
+"""lab/analysis/markov_bias_scale.py --ranks: the Markov head cut to rank k, against the weighted
 Eckart-Young cut of its bigram table B = W1 W2^T computed the plain way (an SVD of the whole
 weighted table, float64)."""
 
 import pytest
 import torch
 
-from scripts.markov_bias_scale import rank_cut_map
+from lab.analysis.markov_bias_scale import rank_cut_map
 
 
 def reference_cut(w1, w2, k, weights):

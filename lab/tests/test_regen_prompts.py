@@ -1,4 +1,4 @@
-"""scripts/gpu/regen_prompts.py: the prompt file a device regeneration resumes row for row."""
+"""lab/gpu/regen_prompts.py: the prompt file a device regeneration resumes row for row."""
 
 import json
 import sys
@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from train.data.regenerate import regeneration_prompt
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "gpu"))
 from regen_prompts import build, main  # noqa: E402
 
 

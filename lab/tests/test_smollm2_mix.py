@@ -1,4 +1,4 @@
-"""scripts/gpu/smollm2_mix.sh: the train rows of several sources as one file; a source a time-boxed
+"""lab/gpu/smollm2_mix.sh: the train rows of several sources as one file; a source a time-boxed
 regeneration left empty is named and left out, so the draft still trains on the others."""
 
 import json
@@ -6,18 +6,18 @@ import shutil
 import subprocess
 from pathlib import Path
 
-MIX = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "smollm2_mix.sh"
+MIX = Path(__file__).resolve().parents[2] / "lab" / "gpu" / "smollm2_mix.sh"
 
 
 def run_mix(tmp_path, files: dict[str, str], *sources):
-    (tmp_path / "scripts" / "gpu").mkdir(parents=True)
-    shutil.copy(MIX, tmp_path / "scripts" / "gpu")
+    (tmp_path / "lab" / "gpu").mkdir(parents=True)
+    shutil.copy(MIX, tmp_path / "lab" / "gpu")
     data = tmp_path / "artifacts" / "smollm2-data"
     data.mkdir(parents=True)
     for name, text in files.items():
         (data / name).write_text(text)
     done = subprocess.run(
-        ["bash", "scripts/gpu/smollm2_mix.sh", *sources],
+        ["bash", "lab/gpu/smollm2_mix.sh", *sources],
         cwd=tmp_path,
         capture_output=True,
         text=True,

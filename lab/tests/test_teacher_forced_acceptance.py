@@ -67,10 +67,10 @@ def test_engine_realizes_exactly_the_teacher_forced_walk(trained, tmp_path, max_
 
 def test_answer_agreement_agrees_with_the_walk_on_greedy_answers(trained, tmp_path):
     """On the target's greedy answer every answer token is the target's argmax, so the leading
-    agreeing slots of scripts/answer_agreement.py (draft vs the target's argmax) must be the
+    agreeing slots of lab/analysis/answer_agreement.py (draft vs the target's argmax) must be the
     accepted counts of the walk (draft vs the tokens): two code paths, one number."""
-    from scripts.answer_agreement import first_tokens, slot_agreement
-    from scripts.answer_agreement import main as agreement
+    from lab.analysis.answer_agreement import first_tokens, slot_agreement
+    from lab.analysis.answer_agreement import main as agreement
     from scripts.eval_acceptance import evaluate, heldout_prompts, parse_prompt_files
     from scripts.teacher_forced_acceptance import accepted_counts
     from serve.engine import Engine
@@ -117,7 +117,7 @@ def test_answer_agreement_agrees_with_the_walk_on_greedy_answers(trained, tmp_pa
 
 
 def test_top1_probability_matches_a_float64_softmax_with_and_without_a_softcap():
-    from scripts.acceptance_by_target_confidence import CHUNK, top1_probability
+    from lab.analysis.acceptance_by_target_confidence import CHUNK, top1_probability
 
     g = torch.Generator().manual_seed(0)
     final, head = torch.randn(CHUNK + 37, 16, generator=g), torch.randn(50, 16, generator=g)
@@ -129,7 +129,7 @@ def test_top1_probability_matches_a_float64_softmax_with_and_without_a_softcap()
 
 
 def test_rounds_ending_on_counts_the_first_miss_of_each_round_only():
-    from scripts.acceptance_by_target_confidence import rounds_ending_on
+    from lab.analysis.acceptance_by_target_confidence import rounds_ending_on
 
     hit = torch.tensor(
         [[1, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0], [1, 1, 1]], dtype=torch.bool
@@ -147,8 +147,8 @@ def test_confidence_bins_account_for_every_slot_and_round(trained, tmp_path):
     """Cell and round-end shares sum to one; the walk equals teacher_forced_acceptance's; a draft
     made right at more positions (a lower floor) never walks shorter, and right everywhere (floor
     0) walks the whole block each round."""
-    from scripts.acceptance_by_target_confidence import bin_index
-    from scripts.acceptance_by_target_confidence import main as by_confidence
+    from lab.analysis.acceptance_by_target_confidence import bin_index
+    from lab.analysis.acceptance_by_target_confidence import main as by_confidence
 
     assert bin_index(torch.tensor([0.1, 0.5, 0.79, 0.8, 0.99]), [0.0, 0.5, 0.8]).tolist() == [
         0,
@@ -184,7 +184,7 @@ def test_confidence_bins_account_for_every_slot_and_round(trained, tmp_path):
 
 
 def test_markov_bias_scale_splits_the_fused_logits_exactly(trained, tmp_path):
-    """scripts/markov_bias_scale.py takes the backbone's logits and the Markov head's bias apart
+    """markov_bias_scale.py takes the backbone's logits and the Markov head's bias apart
     (`lm_head(h)`, `markov_w2(u)`) to rescale the bias; at scale 1 its T=0 counts must be the
     walk's (`block_logits`, one fused matmul over `[h; u]`), and at scale 0 those of the backbone
     alone (the head's output rows zeroed)."""
@@ -192,9 +192,9 @@ def test_markov_bias_scale_splits_the_fused_logits_exactly(trained, tmp_path):
 
     from safetensors.torch import load_file, save_file
 
+    from lab.analysis.markov_bias_scale import answer_ids, base_and_bias, scaled_matches
+    from lab.analysis.markov_bias_scale import main as bias_scale
     from scripts.eval_acceptance import evaluate
-    from scripts.markov_bias_scale import answer_ids, base_and_bias, scaled_matches
-    from scripts.markov_bias_scale import main as bias_scale
     from scripts.teacher_forced_acceptance import accepted_counts
     from serve.engine import Engine
     from serve.engine.options import EngineOptions

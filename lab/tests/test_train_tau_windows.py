@@ -1,10 +1,10 @@
-"""scripts/train_tau_windows.py: window means of training-batch tau, each over the first run."""
+"""train_tau_windows.py: window means of training-batch tau, each over the first run."""
 
 import json
 
 import pytest
 
-from scripts.train_tau_windows import main
+from lab.analysis.train_tau_windows import main
 
 
 def write_metrics(path, taus, eval_tau=9.0):

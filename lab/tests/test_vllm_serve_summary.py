@@ -1,8 +1,8 @@
-"""scripts/vllm_serve_summary.py: each headline figure read from its raw file, null when absent."""
+"""vllm_serve_summary.py: each headline figure read from its raw file, null when absent."""
 
 import json
 
-from scripts.vllm_serve_summary import summary
+from lab.analysis.vllm_serve_summary import summary
 
 
 def test_figures_come_from_their_files(tmp_path):

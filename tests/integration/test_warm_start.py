@@ -89,8 +89,8 @@ def test_a_run_from_an_export_starts_at_its_acceptance_and_keeps_its_vocab_map(
 
 
 def test_one_step_at_learning_rate_zero_evaluates_the_draft_as_it_is(target, first, tmp_path):
-    # scripts/train_vs_heldout_tau.sh evaluates a trained draft on any rows this way (the trainer
-    # has no evaluation-only mode): the step must change no weight, so both evaluations agree
+    # A trained draft is evaluated on any rows this way (the trainer has no evaluation-only
+    # mode): the step must change no weight, so both evaluations agree
     # and the export is the draft it started from.
     out = tmp_path / "evaluated"
     other = f"data.heldout={target}/data/train.jsonl"

@@ -4,24 +4,37 @@ Arrows go one way: `scripts -> serve, train -> common`. `common` imports none of
 `train` and `serve` never import `scripts`, and `serve` never imports `train` (a server must not
 pull in the trainer). There is no import circle between modules. Imports inside functions count:
 a local import hides a circle from Python's import order, not from the design.
+
+The lab (`lab/`: research pipelines, ablations, one-off analyses) may import the product, never
+the reverse, and the product does not even name it: a clone without the lab, or a reader of the
+product alone, finds no pointer into it, nor into the workspace beside a checkout (`../shared`)
+or the research log's raw folders, which left the tree. That is read from the text of every
+product file (results' raw files excepted: they are records, quoted as they were written).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "train", "serve", "scripts")
+PACKAGES = ("common", "train", "serve", "scripts", "lab")
 # package -> packages it must never import
 FORBIDDEN = {
-    "common": {"train", "serve", "scripts"},
-    "train": {"serve", "scripts"},
-    "serve": {"train", "scripts"},
-    "scripts": set(),
+    "common": {"train", "serve", "scripts", "lab"},
+    "train": {"serve", "scripts", "lab"},
+    "serve": {"train", "scripts", "lab"},
+    "scripts": {"lab"},
+    "lab": set(),
 }
+# The product's files, by path prefix, whose text must not point into the lab and the rest.
+PRODUCT = ("common/", "train/", "serve/", "configs/", "scripts/", "README.md", "docs/")
+RAW_RESULTS = re.compile(r"docs/results/[^/]+/")  # raw files and their summaries, as recorded
+NOT_NAMED = re.compile(r"(?<![\w.-])lab/|\.\./shared|docs/benchmarks")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -99,6 +112,28 @@ def wrong_arrows(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
+def product_files(root: Path) -> list[str]:
+    """Tracked product files (git's list, so build outputs and caches do not count)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *PRODUCT], cwd=root, capture_output=True, check=True
+    ).stdout.decode()
+    return sorted(p for p in listed.split("\0") if p and not RAW_RESULTS.match(p))
+
+
+def forbidden_mentions(root: Path, files: list[str]) -> list[str]:
+    """`FILE:LINE: TEXT` for every line that names the lab, ../shared or docs/benchmarks."""
+    found = []
+    for rel in files:
+        try:
+            text = (root / rel).read_text()
+        except UnicodeDecodeError:  # a binary file (an image) quotes no path
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if NOT_NAMED.search(line):
+                found.append(f"{rel}:{number}: {line.strip()[:100]}")
+    return found
+
+
 def test_no_import_circle():
     cycle = find_cycle(import_graph(ROOT))
     assert cycle is None, "import circle: " + " -> ".join(cycle)
@@ -108,10 +143,47 @@ def test_arrows_point_one_way():
     assert wrong_arrows(import_graph(ROOT)) == []
 
 
+def test_product_names_neither_lab_nor_shared_nor_old_raw_folders():
+    found = forbidden_mentions(ROOT, product_files(ROOT))
+    assert found == [], "product files pointing out of the product:\n" + "\n".join(found)
+
+
+def test_mention_check_catches_each_pointer_and_spares_lookalikes(tmp_path):
+    files = {
+        "train/a.py": "# see lab/gpu/run_all.sh\n",
+        "configs/b.yaml": "# x: ../shared/docs/dspark.md\n",
+        "docs/c.md": "numbers in docs/benchmarks.md\n",
+        "README.md": "fine\n`docs/results.md`, collab/x, my_lab/y, a.lab/z\n",
+        "docs/results/run/raw.json": '{"args": "docs/benchmarks/x"}\n',
+        "docs/results.md": "see lab/LOG.md\n",
+        "lab/README.md": "lab/ is the lab\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    assert product_files(tmp_path) == [
+        "README.md",
+        "configs/b.yaml",
+        "docs/c.md",
+        "docs/results.md",
+        "train/a.py",
+    ]
+    found = forbidden_mentions(tmp_path, product_files(tmp_path))
+    assert [f.split(":")[0] for f in found] == [
+        "configs/b.yaml",
+        "docs/c.md",
+        "docs/results.md",
+        "train/a.py",
+    ]
+
+
 @pytest.fixture
 def toy_repo(tmp_path):
-    """A repo with a circle (common.a <-> common.b, one side inside a function) and two wrong
-    arrows (common -> train, relative; serve -> train): the checks must see all three."""
+    """A repo with a circle (common.a <-> common.b, one side inside a function) and three wrong
+    arrows (common -> train, relative; serve -> train; scripts -> lab) beside a right one
+    (lab -> train): the checks must see the circle and the wrong arrows alone."""
     files = {
         "common/__init__.py": "",
         "common/a.py": "from common.b import X\n",
@@ -122,6 +194,10 @@ def toy_repo(tmp_path):
         "serve/__init__.py": "",
         "serve/run.py": "from train.loop import *\n",
         "scripts/__init__.py": "",
+        "scripts/run.py": "from lab.gpu import carry\n",
+        "lab/__init__.py": "",
+        "lab/gpu/__init__.py": "",
+        "lab/gpu/carry.py": "import train.loop\n",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -136,5 +212,7 @@ def test_checks_catch_a_planted_circle_and_wrong_arrows(toy_repo):
     assert wrong_arrows(graph) == [
         "common.c -> train",
         "common.c -> train.loop",
+        "scripts.run -> lab.gpu",
+        "scripts.run -> lab.gpu.carry",
         "serve.run -> train.loop",
     ]

@@ -365,8 +365,7 @@ def test_greedy_agreement_never_matches_a_teacher_argmax_outside_the_draft_vocab
 
 
 def test_shared_teacher_counts_are_rows_and_their_distinct_positions():
-    """The shared-teacher counts (scripts/teacher_positions.py, the benchmarks): rows and
-    distinct positions against a brute-force count."""
+    """The shared-teacher counts: rows and distinct positions against a brute-force count."""
     from train.loop.vocab_loss import shared_teacher_counts
 
     m, ids, lm, aux, final, head, anchors, valid = setup(True)
@@ -381,22 +380,6 @@ def test_shared_teacher_counts_are_rows_and_their_distinct_positions():
     }
     assert shared_teacher_counts(tg, T) == (int(tg.mask.sum()), len(seen))
     assert len(seen) < int(tg.mask.sum())
-
-
-def test_teacher_positions_script_reports_less_sharing_with_fewer_anchors(target, tmp_path):  # noqa: F811
-    """scripts/teacher_positions.py end to end on the tiny target's rows: more anchors share more
-    (fewer distinct positions per row), never more positions than rows."""
-    import json
-
-    from scripts.teacher_positions import main as positions_main
-
-    out = tmp_path / "t.json"
-    args = ["--target", str(target), "--data", str(target / "data" / "train.jsonl")]
-    args += ["--experiment", "tiny", "--max-rows", "64", "--batches", "2", "--anchors", "4", "32"]
-    assert positions_main([*args, "--json", str(out)]) == 0
-    few, many = json.loads(out.read_text())
-    assert 0 < many["positions_per_row"] < few["positions_per_row"] <= 1
-    assert many["supervised_rows"] > few["supervised_rows"]
 
 
 @pytest.mark.parametrize("share", [True, False])

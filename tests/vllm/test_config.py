@@ -128,7 +128,7 @@ LOCAL_VERIFIER_REFUSAL = "Select local verifiers explicitly with --model and --s
 def refuses_local_verifier() -> bool:
     """Whether the installed vLLM serves a speculators checkpoint alone only when its verifier
     names a Hub repository: 0.34's `maybe_override_with_speculators` raises for a local folder
-    (seen on the H200, docs/benchmarks/vllm034_h200/matched_2026-12-04/vllm034_tests.txt);
+    (seen on an H200 with vLLM 0.34);
     0.32's loads it."""
     from vllm.transformers_utils import config
 

@@ -1,8 +1,7 @@
 """Code prompts in HumanEval's form from installed Python packages: more train rows for code.
 
 The pinned SmolLM2 draft's HumanEval rounds end, four times in ten, on tokens the target gives at
-least 0.8 (docs/benchmarks.md, "Where those misses fall against the target's own confidence"):
-the draft lacks code, not the target certainty. The standard library gives 3,630 prompts
+least 0.8: the draft lacks code, not the target certainty. The standard library gives 3,630 prompts
 (`train/data/pystdlib.py`); the packages named here give more of the same form
 (`train/data/pycode.py`): each package's documented public functions and methods, tests left
 out. Only prompts: the target writes the answers (`train.prepare.regenerate`).

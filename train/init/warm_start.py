@@ -16,7 +16,7 @@ for it as in a fresh run, the Markov output rows (`markov_w2`, one per draft id)
 both maps come from the checkpoint, and ids new to the map start at zero as in a fresh draft; every
 other weight is the checkpoint's. A draft trained on with new data (code, later turns) can then
 propose the tokens that data made frequent: a token outside the map ends every round that meets
-it (scripts/acceptance_by_target_confidence.py counts those rounds).
+it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MARKOV_ROWS = "markov_head.markov_w2.weight"
 # A shorter warm-up draws a note: the optimizer starts empty, and Adam's first update moves every
 # weight by about the learning rate whatever its gradient's size. On SmolLM2 three steps with a
 # one-step warm-up took the pinned draft's held-out tau from 2.111 to 1.495, with a 160-step one
-# to 2.113 (scripts/init_from_warmup.sh; docs/benchmarks.md, "init_from and the warm-up").
+# to 2.113.
 MIN_WARMUP_STEPS = 20
 
 
@@ -55,7 +55,7 @@ def warmup_note(optim_cfg, max_steps: int) -> str | None:
         f"[distill] note: init_from with a {warmup}-step warm-up (optim.warmup_ratio="
         f"{optim_cfg.warmup_ratio} of {max_steps} steps): the optimizer starts empty and its first "
         f"steps at the full rate can undo a trained draft; a warm-up of {MIN_WARMUP_STEPS}+ steps "
-        'keeps it (docs/benchmarks.md, "init_from and the warm-up")'
+        "keeps it"
     )
 
 

@@ -4,9 +4,9 @@ A run loads PATH before it compiles anything, so the graphs and kernels an earli
 (same code, shapes, torch and GPU) come from the file instead of being compiled again, and at its
 end it writes everything it compiled or loaded back to PATH (atomically). For machines that start
 empty every time, as the H200 sessions do: there the first evaluation of a SmolLM2 distill stage,
-where the compiles happen, took about 68 s against about 2 s for a later one (docs/benchmarks.md,
-"Time-boxed runs"). Entries that do not fit this run (another torch, GPU or code) are misses and
-cost nothing; a file that cannot be read is reported and the run compiles as usual.
+where the compiles happen, took about 68 s against about 2 s for a later one. Entries that do not
+fit this run (another torch, GPU or code) are misses and cost nothing; a file that cannot be read is
+reported and the run compiles as usual.
 """
 
 from __future__ import annotations

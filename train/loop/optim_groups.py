@@ -6,11 +6,11 @@ the gated/rnn heads' own layers). The head starts at zero output (train/loop/obj
 untrained DSpark draft is its DFlash backbone, and at the backbone's rate its bias grows slowly:
 on the tiny target, 300 steps, the held-out analytic tau rose 2.332 -> 2.964 with the head at 10x;
 on SmolLM2 (600 steps) 10x gave DSpark / DFlash 1.068 analytic, and what 1x gives there in the
-same run is not measured yet (docs/benchmarks.md, "The Markov head's learning rate").
+same run is not measured yet.
 speculators' DSpark recipe also gives the head ten times the backbone's rate.
 `optim.markov_weight_decay` (unset: `optim.weight_decay`) is the head's own AdamW weight decay: a
 head read over few rows many times learns their transitions, which cost its held-out slot 0 most
-(docs/benchmarks.md, "The head at 10x on the target's greedy answers"). With the scale at 1 and
+(SmolLM2, the head at 10x on the target's greedy answers). With the scale at 1 and
 no decay of its own there is one group, as before, so older checkpoints resume (a saved
 optimizer's group count must match).
 """

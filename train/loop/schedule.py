@@ -121,7 +121,7 @@ def steady_eval_seconds(batch_seconds: list[float]) -> float:
     after the first. A run's first evaluation is also where torch.compile builds the evaluation
     graphs (its first batch), which later evaluations do not pay again: on SmolLM2 on the H200
     the first evaluation of a 780 s run took about 68 s and the next about 2 s, and planning with
-    the 68 s left 160 s of the budget unused (docs/benchmarks.md, "Time-boxed runs"). The first
+    the 68 s left 160 s of the budget unused. The first
     batch is left out, not only outvoted: over two batches a median is their mean (108.7 s
     "once compiled" on the H100 on 2026-12-05, against about 1 s an evaluation later on)."""
     if len(batch_seconds) < 2:
@@ -135,7 +135,7 @@ class TimedHorizon:
     measurement window (`RATE_SKIP_STEPS + RATE_STEPS` steps into this process's run), then, for
     a schedule that holds its rate there (`replannable`), once more halfway to that horizon from
     the rate over all steps since. The first window runs slow (5-7% over the mean of steps 25-500
-    in both SmolLM2 runs of the 2026-12-04 trim A/B, docs/benchmarks.md), so the second plan
+    in both SmolLM2 runs of the 2026-12-04 trim A/B), so the second plan
     gives the budget's steps back. The first periodic evaluation brings one more re-plan where
     a plan was already taken (`evaluated`): until then the plans price evaluations from the
     step-0 one, which can be far off."""
@@ -177,12 +177,10 @@ class TimedHorizon:
         step-0 estimate, and the step rate leaves it out. That estimate can be far off where more
         than the first batch compiles (a last batch of another shape): on SmolLM2 on the H100 on
         2026-12-05 it read 108.7 s against about 1 s at step 1000, and planning with it ended a
-        480 s run's schedule after 299 s of steps (docs/benchmarks.md, "Continued on later-turn
-        answers"). Where no re-plan is pending, a plan already taken is re-planned at once, after
-        this step (`step`): the halfway re-plan can fall before the first periodic evaluation (on
-        2026-12-05 evening it came at step 489 of a run evaluating every 500, and the run used
-        258.6 s of its 330: docs/benchmarks.md, "Trained on again, then served beside the target
-        alone")."""
+        480 s run's schedule after 299 s of steps. Where no re-plan is pending, a plan already taken
+        is re-planned at once, after this step (`step`): the halfway re-plan can fall before the
+        first periodic evaluation (on 2026-12-05 evening it came at step 489 of a run evaluating
+        every 500, and the run used 258.6 s of its 330)."""
         self.evals_s += seconds
         self.overhead_per_step_s = seconds / every
         pending = self.replan_step is not None

@@ -75,7 +75,7 @@ def apply_speed_settings(tcfg, draft, target, device: torch.device) -> None:
     `trainer.compile_target` onto the models before training; `trainer.compile_loss` is applied
     by `DistillObjective` and only checked here. GPU only: there is no flex-attention backward
     on the CPU, and compiling was measured only on the GPU
-    (scripts/bench_train_scale.py, docs/benchmarks.md "The trainer at Qwen3-8B shape"). A target
+    (scripts/bench_train_scale.py at the Qwen3-8B shape). A target
     left on flex by an earlier call goes back to sdpa."""
     attention = {k: tcfg.get(k, "sdpa") for k in ("draft_attention", "target_attention")}
     compiled = {

@@ -6,7 +6,7 @@ Memory: draft and teacher logits exist only for `chunk_tokens` rows at a time, s
 only at the supervised rows' label-1 positions, in the model dtype, softmax in fp32 per chunk,
 and once per position: overlapping blocks share label positions (512 anchors of 7 slots in a
 2,048-token row cover a position 1.75 times on average; on SmolLM2's training rows the kept rows
-read 0.343 distinct positions each, docs/benchmarks.md), so the kept rows are ordered by their
+read 0.343 distinct positions each), so the kept rows are ordered by their
 teacher position and each chunk's teacher work runs over the distinct positions it reads
 (`share_teacher`; False computes it per row, the same numbers, for benchmarks).
 Gradient of the vocab-sized part (`vocab_grad`):

@@ -1,13 +1,11 @@
 """Anchors where a greedily served draft starts its rounds (`trainer.anchor_sampling=walk`).
 
-At T=0 a round anchored at p accepts the longest run of drafts equal to the target's argmax, say
-n, and the next round is anchored at p + n + 1 (the target's own token after the last accepted
-draft). Rounds therefore start only where the previous round ended, just past a rejection: on
-SmolLM2 those anchors are harder than an anchor drawn at random (slot 0 accepted about half the
-time there against about 0.62 over every anchor, docs/benchmarks.md, "Why realized T=0 trails the
-held-out figures"), and the uniform sampler of train/loop/anchors.py spends most of its blocks
-where no
-round starts.
+At T=0 a round anchored at p accepts the longest run of drafts equal to the target's argmax, say n,
+and the next round is anchored at p + n + 1 (the target's own token after the last accepted draft).
+Rounds therefore start only where the previous round ended, just past a rejection: on SmolLM2 those
+anchors are harder than an anchor drawn at random (slot 0 accepted about half the time there against
+about 0.62 over every anchor), and the uniform sampler of train/loop/anchors.py spends most of its
+blocks where no round starts.
 
 Here, per batch and with the draft as it is at this step: one no-grad, teacher-forced pass over
 every valid anchor (the Markov head fed the true previous tokens, as in a round whose drafts so far

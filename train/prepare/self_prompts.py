@@ -3,12 +3,10 @@ writes.
 
 A chat model given its chat template up to where a user's words begin writes a user turn: sampled
 (T=1 by default), these are requests of the kind it was tuned to answer, as many as wanted and none
-read before (the Magpie recipe, Xu et al. 2024). Answered by the target (train.prepare.regenerate,
-or
-scripts/gpu/smollm2_regenerate.sh --extra NAME for a FILE named NAME-train.jsonl), they are
-on-policy rows for a target that has no prompt set at hand, or whose prompt set a draft reads too
-often: on SmolLM2 the Markov head's lead over DFlash is larger on rows it has read than on new
-ones (docs/benchmarks.md, "The pair on every answer shipped").
+read before (the Magpie recipe, Xu et al. 2024). Answered by the target (train.prepare.regenerate),
+they are on-policy rows for a target that has no prompt set at hand, or whose prompt set a draft
+reads too often: on SmolLM2 the Markov head's lead over DFlash is larger on rows it has read than on
+new ones.
 
 A turn is kept only if it ended (the model closed its turn before --max-new-tokens), has between
 --min-chars and --max-chars characters, holds no chat-template marker, and is no repeat (compared

@@ -4,7 +4,7 @@
 
 A small target's answers loop: on SmolLM2-135M-Instruct, 68% of the tokens of its greedy answers
 to ShareGPT prompts and 54% of its T=0.7 answers come after the first 16 tokens that repeat an
-earlier run of 16 (docs/benchmarks.md, "Where T=0 acceptance goes"). A draft learns to copy a loop
+earlier run of 16. A draft learns to copy a loop
 quickly, so those tokens fill training steps and held-out averages with easy positions, while
 serving (256 new tokens) is decided earlier in the answer. Each answer is cut at the end of the
 first repeated n-gram (one copy kept, so the draft still sees a loop begin); an answer without
