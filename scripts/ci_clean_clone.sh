@@ -27,10 +27,6 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 git clone -q "$REPO" "$WORK/main"
 git -C "$WORK/main" checkout -q "$COMMIT"
-# The CI machine has ../shared beside the checkout; so does a clone here.
-if [[ -d "$REPO/../shared" ]]; then
-    ln -s "$(cd "$REPO/../shared" && pwd)" "$WORK/shared"
-fi
 echo "[ci_clean_clone] $COMMIT in $WORK; $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free; log $LOG"
 set +e
 # Not a group leader (no job control here), so setsid makes this very process the group's leader.
