@@ -30,11 +30,6 @@ SETUP_COMMANDS = ["bash scripts/quickstart.sh", "bash scripts/test.sh"]
 # Modules the docs describe that other changes are adding; skipped only while absent.
 NEW_MODULES = {"serve.evaluate", "serve.parity", "train.recipe"}
 THIRD_PARTY = {"pytest"}
-# The research log, being moved into lab/ by the change that fences the lab off: once it has
-# left docs/, this exception goes.
-LEAVING_DOCS = {"benchmarks.md"}
-# Written by other changes: the generated results page and the lab's own README.
-LINKED_ELSEWHERE = {"docs/results.md", "lab/README.md"}
 # Schema keys that are no user setting.
 UNDOCUMENTED_KEYS = {"extra"}
 
@@ -47,7 +42,7 @@ LAB_PATH_RE = re.compile(r"(?<![\w./-])lab/[\w./-]*")
 
 
 def doc_files() -> list[Path]:
-    docs = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in LEAVING_DOCS)
+    docs = sorted((ROOT / "docs").glob("*.md"))
     return [README, *docs]
 
 
@@ -157,8 +152,7 @@ def test_every_relative_link_resolves():
             if "://" in link:
                 continue
             target = (path.parent / link).resolve()
-            rel = target.relative_to(ROOT).as_posix() if target.is_relative_to(ROOT) else link
-            if not target.exists() and rel not in LINKED_ELSEWHERE:
+            if not target.exists():
                 broken.append(f"{path.name}: {link}")
     assert not broken, broken
 
