@@ -57,8 +57,11 @@ RUN_ENV = {
 }
 
 DRAFT = dict(num_hidden_layers=5, markov_rank=256, enable_confidence_head=True)
-MASK_TOKEN = {"qwen3_8b": 151_669, "tiny": 511}
-LAYER_IDS = {"qwen3_8b": [1, 9, 17, 25, 33], "tiny": None}
+# The 1.5B recipe's draft has 3 layers (the paper's 8B draft 5).
+DRAFT_LAYERS = {"qwen25_coder_1p5b": 3}
+MASK_TOKEN = {"qwen3_8b": 151_669, "qwen25_coder_1p5b": 151_646, "tiny": 511}
+LAYER_IDS = {"qwen3_8b": [1, 9, 17, 25, 33], "qwen25_coder_1p5b": None, "tiny": None}
+ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 SPS_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
@@ -85,7 +88,7 @@ def parse_config(name: str) -> tuple[str, int]:
 
 
 def build_target_dir(shape: str, work: Path) -> Path:
-    from transformers import Qwen3Config
+    from transformers import Qwen2Config, Qwen3Config
 
     from scripts.bench_train_scale import SHAPES
 
@@ -93,9 +96,11 @@ def build_target_dir(shape: str, work: Path) -> Path:
     if (out / "config.json").exists():
         return out
     spec = SHAPES[shape]
-    if spec["family"] != "qwen3":
-        raise SystemExit(f"--shape {shape}: this script builds Qwen3 targets only")
-    cfg = Qwen3Config(**spec["target"], architectures=["Qwen3ForCausalLM"], dtype="bfloat16")
+    if spec["family"] not in ARCHITECTURES:
+        raise SystemExit(f"--shape {shape}: this script builds Qwen2 and Qwen3 targets only")
+    cls = Qwen3Config if spec["family"] == "qwen3" else Qwen2Config
+    arch = [ARCHITECTURES[spec["family"]]]
+    cfg = cls(**spec["target"], architectures=arch, dtype="bfloat16")
     cfg.save_pretrained(out)
     return out
 
@@ -112,7 +117,7 @@ def draft_config(shape: str, target_dir: Path, vocab: str, block: int):
         block_size=block,
         draft_vocab_size=dvocab,
         target_layer_ids=LAYER_IDS[shape],
-        **DRAFT,
+        **{**DRAFT, "num_hidden_layers": DRAFT_LAYERS.get(shape, DRAFT["num_hidden_layers"])},
     )
 
 
