@@ -80,6 +80,15 @@ def test_feature_table_matches_installed_vllm():
     assert {f.name: has_feature(version, f.name) for f in VLLM_FEATURES} == observed
 
 
+def test_capture_size_key_is_vllms():
+    """serve.vllm_args raises compilation_config.max_cudagraph_capture_size above vLLM's default
+    ceiling: the key must exist in the installed vLLM."""
+    from vllm.config import CompilationConfig
+
+    assert "max_cudagraph_capture_size" in CompilationConfig.__dataclass_fields__
+    assert CompilationConfig(max_cudagraph_capture_size=1024).max_cudagraph_capture_size == 1024
+
+
 def test_batch_sharded_refusals_are_vllms():
     version = installed_version()
     if not has_feature(version, "batch_sharded_sampling"):
