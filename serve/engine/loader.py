@@ -1,7 +1,10 @@
 """Load and cross-check the target, its tokenizer and the DSpark draft.
 
 Every check here guards a mistake that would otherwise run silently with garbage acceptance or
-crash deep inside a forward: the messages say what to change.
+crash deep inside a forward: the messages say what to change. The draft/target comparison
+(`check_pair`, common.target_fit's) runs once, here, before the draft's weights load; not at all
+when the options say the caller checked the checkpoint already (`serve.launch` does, once per
+launch).
 """
 
 from __future__ import annotations
