@@ -7,7 +7,8 @@ fit the target, a port in use, a launch vLLM would reject) ends as `serve.launch
 stderr and exit code 2, never a traceback.
 
 The launch, top to bottom (`launch` below):
-1. compose the config (`serve.launch_config`) and refuse missing folders;
+1. compose the config (`serve.launch_config`: the schema, and the draft decisions both engines
+   share) and refuse missing folders;
 2. bind-test host:port, so a port in use is refused before any model loads (not on a dry run:
    it would make the printed decisions depend on the machine; the server binds a moment later,
    so a port taken in between still fails there);

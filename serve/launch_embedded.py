@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from common.config import DSparkConfig
-from serve.launch_config import LaunchRefused, ServeCfg, changed_keys
-from serve.vllm_args import (
+from serve.launch_config import (
     VLLM_ONLY_KEYS,
+    LaunchRefused,
+    ServeCfg,
+    changed_keys,
     decide_adaptive_verification,
     resolve_num_speculative_tokens,
 )

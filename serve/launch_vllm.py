@@ -17,17 +17,20 @@ from common.spec_config import (
     missing_features,
     speculative_config,
 )
-from serve.launch_config import ServeCfg, changed_keys
-from serve.vllm_args import (
+from serve.launch_config import (
     EMBEDDED_ONLY_KEYS,
+    ServeCfg,
+    changed_keys,
+    decide_adaptive_verification,
+    resolve_num_speculative_tokens,
+)
+from serve.vllm_args import (
     build_vllm_command,
     check_draft_tp,
     check_extra_args,
     check_markov_head,
-    decide_adaptive_verification,
     decide_batch_sharded_sampling,
     decide_cudagraph_capture_size,
-    resolve_num_speculative_tokens,
 )
 
 SEQUENTIAL_SAMPLING_LOG = "DSpark sequential sampling stays replicated across TP ranks"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from common.config import VLLM_MARKOV_HEAD_TYPES, ConfigError, DSparkConfig
+from common.config import VLLM_MARKOV_HEAD_TYPES, DSparkConfig
 from common.spec_config import has_feature
 from serve.launch_config import LaunchRefused, ServeCfg
 
@@ -60,24 +60,6 @@ SPEC_KEYS = (
     "adaptive_verification",
     "attention_backend",
     "draft_tensor_parallel_size",
-)
-# ServeCfg keys only vLLM reads (the embedded engine says it ignores them).
-VLLM_ONLY_KEYS = (
-    "draft_tensor_parallel_size",
-    "batch_sharded_sampling",
-    "max_logprobs",
-    "enforce_eager",
-    "attention_backend",
-    "extra_vllm_args",
-)
-# ServeCfg keys only the embedded engine reads (a vLLM launch says it ignores them).
-EMBEDDED_ONLY_KEYS = (
-    "device",
-    "adaptive_policy",
-    "adaptive_budget_confidence",
-    "cost_table",
-    "sps_table",
-    "use_fp64_gumbel",
 )
 # Flags this launcher sets from its own keys; passing them in extra_vllm_args is refused.
 MANAGED_FLAGS = {
@@ -220,24 +202,6 @@ def check_speculative_config(spec: Mapping) -> None:
         )
 
 
-def resolve_num_speculative_tokens(
-    requested: int | None, cfg: DSparkConfig
-) -> tuple[int, list[str]]:
-    """Drafts per step (`DSparkConfig.drafts_per_step`: the checkpoint's layout unless lowered),
-    with the notes that say where the number came from."""
-    try:
-        n = cfg.drafts_per_step(requested)
-    except ConfigError as e:
-        raise LaunchRefused(str(e)) from None
-    native, layout = cfg.num_speculative_tokens, cfg.layout_name
-    if requested is None:
-        return n, [f"num_speculative_tokens={n} (block_size={cfg.block_size}, {layout} layout)"]
-    notes = [f"num_speculative_tokens={n} (checkpoint layout: {native}, {layout})"]
-    if n < native:
-        notes.append(f"warning: drafting {n} of the {native} tokens the draft was trained for")
-    return n, notes
-
-
 def check_markov_head(cfg: DSparkConfig) -> None:
     """Stock vLLM builds only a vanilla Markov head; its loader refuses a gated/rnn one."""
     if cfg.markov_head_type not in VLLM_MARKOV_HEAD_TYPES:
@@ -270,33 +234,6 @@ def check_extra_args(extra_args: Sequence[str]) -> None:
                 f"extra_vllm_args contains {flag}: set it with the launcher key "
                 f"{MANAGED_FLAGS[flag]} instead."
             )
-
-
-def decide_adaptive_verification(
-    requested: bool,
-    cfg: DSparkConfig,
-    *,
-    enforce_eager: bool = False,
-    vllm_version: str | None = None,
-) -> tuple[bool, list[str]]:
-    """enable_adaptive_verification only with a trained confidence head (without one, vLLM fits an
-    online acceptance estimator instead). Refused with enforce_eager: vLLM's adaptive
-    verification needs full CUDA graphs. A vLLM without the feature gets the key dropped later
-    (`common.spec_config.fit_to_vllm`), so nothing is refused for it."""
-    if not requested:
-        return False, ["adaptive verification: off"]
-    if not cfg.enable_confidence_head:
-        return False, [
-            "warning: adaptive_verification=true but the checkpoint has no confidence head; "
-            "leaving enable_adaptive_verification off (vLLM would fall back to an online "
-            "acceptance estimator)"
-        ]
-    if enforce_eager and has_feature(vllm_version, "adaptive_verification"):
-        raise LaunchRefused(
-            "adaptive_verification=true with enforce_eager=true: vLLM's adaptive verification "
-            "requires full CUDA graphs. Set enforce_eager=false or adaptive_verification=false."
-        )
-    return True, ["adaptive verification: on (confidence head)"]
 
 
 def decide_batch_sharded_sampling(

@@ -16,16 +16,21 @@ from common.config import DSparkConfig
 from common.model import DSparkDraftModel
 from serve import launch
 from serve.launch import choose_engine
-from serve.launch_config import LaunchRefused, ServeCfg, check_paths, compose_serve_config
+from serve.launch_config import (
+    LaunchRefused,
+    ServeCfg,
+    check_paths,
+    compose_serve_config,
+    decide_adaptive_verification,
+    resolve_num_speculative_tokens,
+)
 from serve.vllm_args import (
     build_vllm_command,
     check_draft_tp,
     check_extra_args,
     check_markov_head,
     check_speculative_config,
-    decide_adaptive_verification,
     decide_batch_sharded_sampling,
-    resolve_num_speculative_tokens,
 )
 from tests.conftest import tiny_config as conftest_tiny_config
 
