@@ -129,6 +129,26 @@ class DSparkConfig:
         return self.block_size if self.sample_from_anchor else self.block_size - 1
 
     @property
+    def layout_name(self) -> str:
+        """The block layout in words: "anchor-first" (DSpark) or "1+N" (DFlash bonus anchor)."""
+        return "anchor-first" if self.sample_from_anchor else "1+N"
+
+    def drafts_per_step(self, requested: int | None = None) -> int:
+        """Drafts per speculative step: `requested` if given (1..num_speculative_tokens, the most
+        this layout drafts), else num_speculative_tokens. Both engines' launchers and loaders
+        resolve the count here."""
+        native = self.num_speculative_tokens
+        if requested is None:
+            return native
+        if not 1 <= requested <= native:
+            raise ConfigError(
+                f"num_speculative_tokens={requested} exceeds the checkpoint's {self.layout_name} "
+                f"layout (block_size={self.block_size} drafts at most {native} tokens): choose "
+                f"1..{native} or null."
+            )
+        return requested
+
+    @property
     def draft_slot_offset(self) -> int:
         """Block slot that predicts draft j is `j + draft_slot_offset`.
 

@@ -5,6 +5,10 @@ keep their random init, a wrong layout key collapses acceptance to ~1. So every 
 a checkpoint silently wrong is a line here (docs/vllm-contract.md); an empty list means the folder
 is what vLLM expects. Expected shapes come from instantiating the model on the meta device, so
 this module and `DSparkDraftModel` cannot drift apart.
+
+`serving_problems(ckpt, target)` is the one validation before a checkpoint is served: the contract,
+then the fit to the target it is served with (`common.target_fit`). `serve.launch` runs it once per
+launch; the embedded engine's loader runs it when nothing before it did.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from common.checkpoint_files import (
     CONFIG_NAME,
@@ -28,6 +32,7 @@ from common.checkpoint_files import (
 )
 from common.config import VLLM_MARKOV_HEAD_TYPES, ConfigError, DSparkConfig
 from common.model import DSparkDraftModel
+from common.target_fit import checkpoint_fit_problems
 from common.vocab import check_vocab_map
 
 OPTIONAL_KEYS = {"embed_tokens.weight", "t2d"}  # + lm_head.weight with the full vocab
@@ -136,6 +141,15 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
     expected = {layout_key(k, spec): v for k, v in ours.items()}
     if not cfg.reduced_vocab:
         expected.pop("d2t"), expected.pop("t2d")
+    try:
+        problems += _weight_problems(d, cfg, expected, spec)
+    except SafetensorError as e:  # truncated or not a safetensors file at all
+        return [*problems, f"{d / WEIGHTS_NAME} cannot be read (truncated or corrupt?): {e}"]
+    return problems
+
+
+def _weight_problems(d: Path, cfg: DSparkConfig, expected: dict, spec: bool) -> list[str]:
+    problems = []
     with safe_open(str(d / WEIGHTS_NAME), framework="pt") as f:
         keys = set(f.keys())
         prefixed = sorted(k for k in keys if k.startswith("model."))
@@ -172,3 +186,15 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
     if cfg.reduced_vocab and "lm_head.weight" not in keys:
         problems.append("draft_vocab_size < vocab_size but lm_head.weight is missing")
     return problems
+
+
+def serving_problems(
+    ckpt_dir: str | os.PathLike, target: str | os.PathLike | None
+) -> tuple[list[str], list[str]]:
+    """-> (contract problems, target-fit problems): the one validation before serving. The fit is
+    compared only when the contract holds (a broken folder cannot be read for it) and `target` is
+    a local folder (a Hub id is not downloaded here)."""
+    problems = check_checkpoint(ckpt_dir)
+    if problems or target is None or not Path(target).is_dir():
+        return problems, []
+    return [], checkpoint_fit_problems(ckpt_dir, target)

@@ -1,4 +1,6 @@
-"""The serve config: `ServeCfg` (schema of configs/serve/serve.yaml), overrides, path checks.
+"""The serve config: `ServeCfg` (schema of configs/serve/serve.yaml), overrides, path checks,
+which keys only one engine reads, and the two draft decisions both engines make alike (drafts per
+step, adaptive verification).
 
 Design choices:
 - configs/serve/ is the serve config's own root, apart from the trainer's Hydra groups in
@@ -16,12 +18,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.spec_config import DRAFT_SAMPLE_METHODS
+from common.config import ConfigError, DSparkConfig
+from common.spec_config import DRAFT_SAMPLE_METHODS, has_feature
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "serve"
 TRAIN_COMMAND = "python -m train.distill +experiment=tiny"
 ENGINES = ("auto", "vllm", "embedded")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+# ServeCfg keys only vLLM reads (the embedded engine says it ignores them).
+VLLM_ONLY_KEYS = (
+    "draft_tensor_parallel_size",
+    "batch_sharded_sampling",
+    "max_logprobs",
+    "enforce_eager",
+    "attention_backend",
+    "extra_vllm_args",
+)
+# ServeCfg keys only the embedded engine reads (a vLLM launch says it ignores them).
+EMBEDDED_ONLY_KEYS = (
+    "device",
+    "adaptive_policy",
+    "adaptive_budget_confidence",
+    "cost_table",
+    "sps_table",
+    "use_fp64_gumbel",
+)
 
 
 class LaunchRefused(ValueError):
@@ -156,3 +178,48 @@ def changed_keys(cfg: ServeCfg, keys) -> list[str]:
     """Those of `keys` whose value differs from the schema default."""
     defaults = ServeCfg()
     return [k for k in keys if getattr(cfg, k) != getattr(defaults, k)]
+
+
+def resolve_num_speculative_tokens(
+    requested: int | None, cfg: DSparkConfig
+) -> tuple[int, list[str]]:
+    """Drafts per step (`DSparkConfig.drafts_per_step`: the checkpoint's layout unless lowered),
+    with the notes that say where the number came from."""
+    try:
+        n = cfg.drafts_per_step(requested)
+    except ConfigError as e:
+        raise LaunchRefused(str(e)) from None
+    native, layout = cfg.num_speculative_tokens, cfg.layout_name
+    if requested is None:
+        return n, [f"num_speculative_tokens={n} (block_size={cfg.block_size}, {layout} layout)"]
+    notes = [f"num_speculative_tokens={n} (checkpoint layout: {native}, {layout})"]
+    if n < native:
+        notes.append(f"warning: drafting {n} of the {native} tokens the draft was trained for")
+    return n, notes
+
+
+def decide_adaptive_verification(
+    requested: bool,
+    cfg: DSparkConfig,
+    *,
+    enforce_eager: bool = False,
+    vllm_version: str | None = None,
+) -> tuple[bool, list[str]]:
+    """enable_adaptive_verification only with a trained confidence head (without one, vLLM fits an
+    online acceptance estimator instead). Refused with enforce_eager: vLLM's adaptive
+    verification needs full CUDA graphs. A vLLM without the feature gets the key dropped later
+    (`common.spec_config.fit_to_vllm`), so nothing is refused for it."""
+    if not requested:
+        return False, ["adaptive verification: off"]
+    if not cfg.enable_confidence_head:
+        return False, [
+            "warning: adaptive_verification=true but the checkpoint has no confidence head; "
+            "leaving enable_adaptive_verification off (vLLM would fall back to an online "
+            "acceptance estimator)"
+        ]
+    if enforce_eager and has_feature(vllm_version, "adaptive_verification"):
+        raise LaunchRefused(
+            "adaptive_verification=true with enforce_eager=true: vLLM's adaptive verification "
+            "requires full CUDA graphs. Set enforce_eager=false or adaptive_verification=false."
+        )
+    return True, ["adaptive verification: on (confidence head)"]

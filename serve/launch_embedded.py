@@ -1,16 +1,20 @@
-"""The embedded branch of `serve.launch`: `EngineOptions` from the serve config, then the
-OpenAI-compatible server of this repo (imported only when it runs)."""
+"""The embedded branch of `serve.launch`: `EngineOptions` from the serve config (pure, with the
+notes behind them), then this repo's OpenAI-compatible server (imported only when it runs).
+
+The launch validated the checkpoint against the target already: the options say so
+(`checkpoint_checked`), so the engine's loader does not repeat it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from common.config import DSparkConfig
-from common.contract import check_checkpoint
-from serve.launch_config import LaunchRefused, ServeCfg, changed_keys
-from serve.launch_report import baseline_notes, say
-from serve.vllm_args import (
+from serve.launch_config import (
     VLLM_ONLY_KEYS,
+    LaunchRefused,
+    ServeCfg,
+    changed_keys,
     decide_adaptive_verification,
     resolve_num_speculative_tokens,
 )
@@ -32,48 +36,32 @@ SHARED_KEYS = (
 )
 
 
-def embedded_options(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) -> dict[str, Any]:
-    """EngineOptions kwargs (None = the engine's default, left out)."""
-    n, adaptive = None, False
+def embedded_options(
+    cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int
+) -> tuple[dict[str, Any], list[str]]:
+    """-> (EngineOptions kwargs, notes); None values (the engine's defaults) are left out."""
+    n, adaptive, notes = None, False, []
     if draft is not None:
-        n, _ = resolve_num_speculative_tokens(cfg.num_speculative_tokens, draft)
-        adaptive, _ = decide_adaptive_verification(cfg.adaptive_verification, draft)
+        n, notes = resolve_num_speculative_tokens(cfg.num_speculative_tokens, draft)
+        adaptive, msgs = decide_adaptive_verification(cfg.adaptive_verification, draft)
+        notes += msgs
+    ignored = ", ".join(changed_keys(cfg, VLLM_ONLY_KEYS))
+    if ignored:
+        notes.append(f"warning: the embedded engine ignores vLLM-only settings: {ignored}")
     kwargs = {k: getattr(cfg, k) for k in SHARED_KEYS}
     kwargs.update(
         device=cfg.device if cfg.device != "auto" else ("cuda" if num_gpus > 0 else "cpu"),
         num_speculative_tokens=n,
         adaptive_verification=adaptive,
         tp=cfg.tensor_parallel_size,  # vLLM's -tp N: the sampling shared by N ranks
+        checkpoint_checked=draft is not None,
     )
     keep = {"target", "checkpoint"}
-    return {k: v for k, v in kwargs.items() if v is not None or k in keep}
+    return {k: v for k, v in kwargs.items() if v is not None or k in keep}, notes
 
 
-def launch_embedded(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) -> int:
-    if draft is not None:
-        problems = check_checkpoint(cfg.checkpoint)
-        if problems:
-            raise LaunchRefused(
-                f"checkpoint {cfg.checkpoint} is not a valid DSpark draft:\n  "
-                + "\n  ".join(problems)
-            )
-        notes = resolve_num_speculative_tokens(cfg.num_speculative_tokens, draft)[1]
-        notes += decide_adaptive_verification(cfg.adaptive_verification, draft)[1]
-    else:
-        notes = baseline_notes(cfg)
-    ignored = ", ".join(changed_keys(cfg, VLLM_ONLY_KEYS))
-    if ignored:
-        notes.append(f"warning: the embedded engine ignores vLLM-only settings: {ignored}")
-    kwargs = embedded_options(cfg, draft, num_gpus)
-    for note in notes:
-        say(note)
-    say("EngineOptions(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
-    say(
-        f"run_server(opts, host={cfg.host!r}, port={cfg.port}, "
-        f"served_model_name={cfg.served_model_name!r})"
-    )
-    if cfg.dry_run:
-        return 0
+def run_embedded(kwargs: dict[str, Any], host: str, port: int, served_model_name: str | None):
+    """Build the options and serve until interrupted (blocking)."""
     try:
         from serve.api.server import run_server
         from serve.engine.options import EngineOptions, OptionsError
@@ -81,7 +69,6 @@ def launch_embedded(cfg: ServeCfg, draft: DSparkConfig | None, num_gpus: int) ->
         raise LaunchRefused(f"the embedded engine is not available here: {e}") from None
     try:
         opts = EngineOptions(**kwargs)
-        run_server(opts, cfg.host, cfg.port, served_model_name=cfg.served_model_name)
+        run_server(opts, host, port, served_model_name=served_model_name)
     except OptionsError as e:  # the options, or a tp > 1 without its torch.distributed world
         raise LaunchRefused(f"embedded engine options: {e}") from None
-    return 0

@@ -1,36 +1,50 @@
-"""The vLLM branch of `serve.launch`: decide, print, then exec `vllm serve` (vLLM owns the
-process: signals, its own logging)."""
+"""The vLLM branch of `serve.launch`: every decision behind the `vllm serve` command, with the
+notes that explain it. Pure: `serve.launch` prints the notes and execs the command (vLLM then owns
+the process: signals, its own logging).
+
+The checkpoint was validated once by the launch; here only what vLLM adds: its Markov head types,
+its version's features (`common.spec_config.fit_to_vllm` drops what an older one lacks), the flags
+it would reject (`serve.vllm_args`).
+"""
 
 from __future__ import annotations
 
-import shlex
-import sys
-
 from common.config import DSparkConfig
-from common.contract import check_checkpoint
 from common.spec_config import (
-    PINNED_VLLM,
+    NEWEST_VLLM,
     fit_to_vllm,
     has_feature,
+    missing_features,
     speculative_config,
-    vllm_supported,
 )
-from serve import launch_probes as probes
-from serve.launch_config import LaunchRefused, ServeCfg, changed_keys
-from serve.launch_report import baseline_notes, say, vllm_feature_lines
-from serve.vllm_args import (
+from serve.launch_config import (
     EMBEDDED_ONLY_KEYS,
+    ServeCfg,
+    changed_keys,
+    decide_adaptive_verification,
+    resolve_num_speculative_tokens,
+)
+from serve.vllm_args import (
     build_vllm_command,
     check_draft_tp,
     check_extra_args,
     check_markov_head,
-    decide_adaptive_verification,
     decide_batch_sharded_sampling,
-    resolve_num_speculative_tokens,
+    decide_cudagraph_capture_size,
 )
-from serve.watchdog import spawn_sidecar
 
 SEQUENTIAL_SAMPLING_LOG = "DSpark sequential sampling stays replicated across TP ranks"
+
+
+def vllm_feature_lines(vllm_version: str | None) -> list[str]:
+    """One line per seed feature the installed vLLM lacks, with what runs instead."""
+    if vllm_version is None:
+        newest = ".".join(map(str, NEWEST_VLLM))
+        return [f"vLLM is not installed: the command is written for vLLM {newest}"]
+    return [
+        f"vLLM {vllm_version} lacks {f.what} (since {'.'.join(map(str, f.since))}): {f.without}"
+        for f in missing_features(vllm_version)
+    ]
 
 
 def vllm_spec(
@@ -38,12 +52,6 @@ def vllm_spec(
 ) -> tuple[dict, list[str]]:
     """The speculative config for this launch and installed vLLM, with the notes behind it."""
     check_markov_head(draft)
-    problems = check_checkpoint(cfg.checkpoint, require_vllm_servable=True)
-    if problems:
-        raise LaunchRefused(
-            f"checkpoint {cfg.checkpoint} fails the vLLM contract "
-            f"(python -m serve.check {cfg.checkpoint} --vllm):\n  " + "\n  ".join(problems)
-        )
     n, notes = resolve_num_speculative_tokens(cfg.num_speculative_tokens, draft)
     adaptive, msgs = decide_adaptive_verification(
         cfg.adaptive_verification,
@@ -64,7 +72,10 @@ def vllm_spec(
     return spec, notes + msgs + dropped
 
 
-def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | None) -> int:
+def vllm_launch(
+    cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | None
+) -> tuple[list[str], list[str]]:
+    """-> (`vllm serve` argv, notes); `LaunchRefused` for a launch vLLM would reject."""
     check_extra_args(cfg.extra_vllm_args)
     check_draft_tp(cfg.tensor_parallel_size, cfg.draft_tensor_parallel_size)
     notes = vllm_feature_lines(vllm_version)
@@ -72,8 +83,6 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
     if draft is not None:
         spec, msgs = vllm_spec(cfg, draft, vllm_version)
         notes += msgs
-    else:
-        notes += baseline_notes(cfg)
     sharded, msgs = decide_batch_sharded_sampling(
         cfg.batch_sharded_sampling,
         cfg.tensor_parallel_size,
@@ -91,21 +100,12 @@ def launch_vllm(cfg: ServeCfg, draft: DSparkConfig | None, vllm_version: str | N
     ignored = ", ".join(changed_keys(cfg, EMBEDDED_ONLY_KEYS))
     if ignored:
         notes.append(f"warning: the vLLM launch ignores embedded-engine settings: {ignored}")
-    cmd = build_vllm_command(cfg, spec, batch_sharded=sharded)
-    for note in notes:
-        say(note)
-    say("command: " + shlex.join(cmd))
-    if cfg.dry_run:
-        return 0
-    if not vllm_supported(vllm_version):
-        found = "not installed" if vllm_version is None else f"version {vllm_version}"
-        raise LaunchRefused(
-            f"engine=vllm but vLLM is {found}: install {PINNED_VLLM} "
-            "(pip install -e '.[serve]') or use engine=embedded."
-        )
-    if probes.which("vllm") is None:
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", *cmd[1:]]
-    if spawn_sidecar(cfg.host, cfg.port, cfg.checkpoint) is not None:
-        say("acceptance watchdog: sidecar polling /metrics (python -m serve.watchdog)")
-    probes.exec_command(cmd)
-    return 0  # not reached: exec replaces this process
+    capture, msgs = decide_cudagraph_capture_size(
+        cfg.max_num_seqs,
+        spec["num_speculative_tokens"] if spec else None,
+        enforce_eager=cfg.enforce_eager,
+        extra_args=cfg.extra_vllm_args,
+    )
+    notes += msgs
+    cmd = build_vllm_command(cfg, spec, batch_sharded=sharded, cudagraph_capture_size=capture)
+    return cmd, notes

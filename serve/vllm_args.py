@@ -2,8 +2,8 @@
 
 Design choices (docs/vllm-contract.md):
 - Pure functions of plain values (the checkpoint's `DSparkConfig`, the `ServeCfg`, the installed
-  vLLM's version): tests cover each decision without vLLM or a GPU. `serve.launch_vllm` prints
-  the decisions and execs.
+  vLLM's version): tests cover each decision without vLLM or a GPU. `serve.launch_vllm` gathers
+  the decisions, `serve.launch` prints them and execs.
 - Only what we own: which of our keys becomes which vLLM flag, the speculative config (built by
   `common.spec_config`, the one builder), and refusals of launches that vLLM would reject at
   start-up or serve silently wrong (a gated/rnn Markov head). What vLLM decides at run time, such
@@ -11,6 +11,13 @@ Design choices (docs/vllm-contract.md):
   suite (tests/vllm) checks the assumptions left here against vLLM's own code.
 - `--enable-batch-sharded-sampling` is passed only when its preconditions on our own keys hold:
   vLLM raises, rather than falls back, when the flag is set and one fails.
+- CUDA graphs cover the widest verify batch: one verify holds max_num_seqs x (N + 1) tokens
+  (1,024 at batch 128 with 7 drafts), above vLLM's default capture ceiling of 512 tokens, and a
+  batch wider than the widest graph runs eagerly (vLLM 0.34, batch 128: 35 ms a round eager,
+  11.9 ms with graphs to 1,024). So `compilation_config.max_cudagraph_capture_size` is raised to
+  that width (rounded up to vLLM's 16-token stride above 256) unless the user set a capture size
+  in extra_vllm_args. The key is in every pinned vLLM (0.26 to 0.34 read; 0.34 calls it
+  deprecated in favour of split prefill/decode keys, and still honours it).
 """
 
 from __future__ import annotations
@@ -27,6 +34,13 @@ from serve.launch_config import LaunchRefused, ServeCfg
 # GPUs): either is above any sane TP size.
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
 VLLM_DEFAULT_MAX_LOGPROBS = 20
+# vLLM's default ceiling of CUDA-graph capture sizes, in tokens (0.26 to 0.34; 1024 on
+# data-centre Blackwell from 0.34), and the stride of its capture grid above 256 tokens.
+VLLM_DEFAULT_MAX_CUDAGRAPH_CAPTURE = 512
+VLLM_CUDAGRAPH_STRIDE = 16
+COMPILATION_FLAGS = ("--compilation-config", "-cc")
+CAPTURE_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
+CAPTURE_FLAGS = ("--max-cudagraph-capture-size", "--cudagraph-capture-sizes")
 # ServeCfg key -> the `vllm serve` flag that takes its value (null keys are not passed).
 VALUE_FLAGS = {
     "tensor_parallel_size": "-tp",
@@ -47,24 +61,6 @@ SPEC_KEYS = (
     "attention_backend",
     "draft_tensor_parallel_size",
 )
-# ServeCfg keys only vLLM reads (the embedded engine says it ignores them).
-VLLM_ONLY_KEYS = (
-    "draft_tensor_parallel_size",
-    "batch_sharded_sampling",
-    "max_logprobs",
-    "enforce_eager",
-    "attention_backend",
-    "extra_vllm_args",
-)
-# ServeCfg keys only the embedded engine reads (a vLLM launch says it ignores them).
-EMBEDDED_ONLY_KEYS = (
-    "device",
-    "adaptive_policy",
-    "adaptive_budget_confidence",
-    "cost_table",
-    "sps_table",
-    "use_fp64_gumbel",
-)
 # Flags this launcher sets from its own keys; passing them in extra_vllm_args is refused.
 MANAGED_FLAGS = {
     **{flag: key for key, flag in VALUE_FLAGS.items()},
@@ -82,9 +78,16 @@ def build_vllm_command(
     spec: Mapping | None,
     *,
     batch_sharded: bool = False,
+    cudagraph_capture_size: int | None = None,
     executable: Sequence[str] = ("vllm",),
 ) -> list[str]:
-    """argv of `vllm serve TARGET ...`; `spec=None` serves the target without drafting."""
+    """argv of `vllm serve TARGET ...`; `spec=None` serves the target without drafting.
+    `cudagraph_capture_size` (`decide_cudagraph_capture_size`) goes into the compilation config:
+    the user's own `--compilation-config JSON` in extra_vllm_args gains the key, else one is
+    added."""
+    extra = list(cfg.extra_vllm_args)
+    if cudagraph_capture_size is not None:
+        extra = with_compilation_key(extra, "max_cudagraph_capture_size", cudagraph_capture_size)
     cmd = [*executable, "serve", cfg.target]
     if spec is not None:
         check_speculative_config(spec)
@@ -97,7 +100,88 @@ def build_vllm_command(
         cmd.append("--enable-batch-sharded-sampling")
     if cfg.enforce_eager:
         cmd.append("--enforce-eager")
-    return cmd + list(cfg.extra_vllm_args)
+    return cmd + extra
+
+
+def _compilation_arg(args: Sequence[str]) -> tuple[int, str | None] | None:
+    """(index of the arg holding it, its JSON) of a `--compilation-config`/`-cc` in args;
+    JSON None when given in a form we do not rewrite (dotted keys, `-O...`); None if absent."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in COMPILATION_FLAGS:
+            if eq:
+                return i, value
+            return (i + 1, args[i + 1]) if i + 1 < len(args) else (i, None)
+        if flag.startswith(tuple(f + "." for f in COMPILATION_FLAGS)) or flag.startswith("-O"):
+            return i, None
+    return None
+
+
+def user_capture_setting(extra_args: Sequence[str]) -> str | None:
+    """How extra_vllm_args already set (or may set) the CUDA-graph capture sizes; None if not."""
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in CAPTURE_FLAGS or flag.split(".")[-1] in CAPTURE_KEYS:
+            return flag
+    found = _compilation_arg(extra_args)
+    if found is None:
+        return None
+    i, text = found
+    if text is None:
+        return f"{extra_args[i]} (a compilation config form this launcher does not rewrite)"
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError:
+        return f"{text} (a compilation config that is not JSON)"
+    if not isinstance(given, dict):
+        return f"{text} (a compilation config that is not a JSON object)"
+    keys = [k for k in CAPTURE_KEYS if k in given]
+    return f"--compilation-config {keys[0]}" if keys else None
+
+
+def with_compilation_key(extra_args: Sequence[str], key: str, value) -> list[str]:
+    """extra_args with `key: value` in their `--compilation-config` JSON (added if there is
+    none). Call only when `user_capture_setting` is None."""
+    args = list(extra_args)
+    found = _compilation_arg(args)
+    if found is None:
+        return [*args, "--compilation-config", json.dumps({key: value}, separators=(",", ":"))]
+    i, text = found
+    merged = json.dumps({**json.loads(text), key: value}, separators=(",", ":"))
+    flag, eq, _ = args[i].partition("=")
+    args[i] = f"{flag}={merged}" if eq and flag in COMPILATION_FLAGS else merged
+    return args
+
+
+def decide_cudagraph_capture_size(
+    max_num_seqs: int | None,
+    num_speculative_tokens: int | None,
+    *,
+    enforce_eager: bool = False,
+    extra_args: Sequence[str] = (),
+) -> tuple[int | None, list[str]]:
+    """The `max_cudagraph_capture_size` that covers the widest verify batch, max_num_seqs x (N+1)
+    tokens, when vLLM's default (512) would not; None leaves vLLM's. `num_speculative_tokens`
+    None: no draft. max_num_seqs None: vLLM's default (VLLM_DEFAULT_MAX_NUM_SEQS)."""
+    if num_speculative_tokens is None or enforce_eager:
+        return None, []
+    seqs = VLLM_DEFAULT_MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
+    widest = seqs * (num_speculative_tokens + 1)
+    if widest <= VLLM_DEFAULT_MAX_CUDAGRAPH_CAPTURE:
+        return None, []
+    user = user_capture_setting(extra_args)
+    if user is not None:
+        return None, [
+            f"CUDA graphs: capture sizes as extra_vllm_args set them ({user}); the widest verify "
+            f"batch is {widest} tokens (max_num_seqs {seqs} x {num_speculative_tokens + 1})"
+        ]
+    size = -(-widest // VLLM_CUDAGRAPH_STRIDE) * VLLM_CUDAGRAPH_STRIDE
+    default = " (vLLM's default)" if max_num_seqs is None else ""
+    return size, [
+        f"CUDA graphs: max_cudagraph_capture_size={size} covers the widest verify batch, "
+        f"max_num_seqs {seqs}{default} x {num_speculative_tokens + 1} = {widest} tokens "
+        f"(vLLM's default {VLLM_DEFAULT_MAX_CUDAGRAPH_CAPTURE} would run it eagerly)"
+    ]
 
 
 def check_speculative_config(spec: Mapping) -> None:
@@ -116,29 +200,6 @@ def check_speculative_config(spec: Mapping) -> None:
             f"speculative config num_speculative_tokens={n!r}: must be an explicit int >= 1 "
             "(vLLM otherwise uses block_size, one too many for a 1+N draft)."
         )
-
-
-def resolve_num_speculative_tokens(
-    requested: int | None, cfg: DSparkConfig
-) -> tuple[int, list[str]]:
-    """Drafts per step: the checkpoint's layout (B anchor-first, B-1 for 1+N) unless lowered."""
-    layout = "anchor-first" if cfg.sample_from_anchor else "1+N"
-    native = cfg.num_speculative_tokens
-    if requested is None:
-        return native, [
-            f"num_speculative_tokens={native} (block_size={cfg.block_size}, {layout} layout)"
-        ]
-    if not 1 <= requested <= native:
-        raise LaunchRefused(
-            f"num_speculative_tokens={requested}: this {layout} draft with block_size="
-            f"{cfg.block_size} drafts at most {native} tokens; choose 1..{native} or null."
-        )
-    notes = [f"num_speculative_tokens={requested} (checkpoint layout: {native}, {layout})"]
-    if requested < native:
-        notes.append(
-            f"warning: drafting {requested} of the {native} tokens the draft was trained for"
-        )
-    return requested, notes
 
 
 def check_markov_head(cfg: DSparkConfig) -> None:
@@ -173,33 +234,6 @@ def check_extra_args(extra_args: Sequence[str]) -> None:
                 f"extra_vllm_args contains {flag}: set it with the launcher key "
                 f"{MANAGED_FLAGS[flag]} instead."
             )
-
-
-def decide_adaptive_verification(
-    requested: bool,
-    cfg: DSparkConfig,
-    *,
-    enforce_eager: bool = False,
-    vllm_version: str | None = None,
-) -> tuple[bool, list[str]]:
-    """enable_adaptive_verification only with a trained confidence head (without one, vLLM fits an
-    online acceptance estimator instead). Refused with enforce_eager: vLLM's adaptive
-    verification needs full CUDA graphs. A vLLM without the feature gets the key dropped later
-    (`common.spec_config.fit_to_vllm`), so nothing is refused for it."""
-    if not requested:
-        return False, ["adaptive verification: off"]
-    if not cfg.enable_confidence_head:
-        return False, [
-            "warning: adaptive_verification=true but the checkpoint has no confidence head; "
-            "leaving enable_adaptive_verification off (vLLM would fall back to an online "
-            "acceptance estimator)"
-        ]
-    if enforce_eager and has_feature(vllm_version, "adaptive_verification"):
-        raise LaunchRefused(
-            "adaptive_verification=true with enforce_eager=true: vLLM's adaptive verification "
-            "requires full CUDA graphs. Set enforce_eager=false or adaptive_verification=false."
-        )
-    return True, ["adaptive verification: on (confidence head)"]
 
 
 def decide_batch_sharded_sampling(

@@ -4,10 +4,15 @@ Field comments are the documentation of each option."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.config import MARKOV_HEAD_TYPES
+from common.config import MARKOV_HEAD_TYPES, DSparkConfig
+
+# DSparkConfig's defaults: the draft keys that are DSparkConfig fields take theirs from here, so
+# the architecture's defaults live in one place (tests/integration/test_distill.py pins it).
+_DSPARK = {f.name: f.default for f in dataclasses.fields(DSparkConfig)}
 
 
 @dataclass
@@ -22,20 +27,24 @@ class TargetCfg:
 
 @dataclass
 class DraftCfg:
-    num_hidden_layers: int = 5
+    """The draft's architecture. Null sizes and layer ids are resolved from the target
+    (train/init/draft_config.py); every other default that DSparkConfig has is DSparkConfig's."""
+
+    num_hidden_layers: int = _DSPARK["num_hidden_layers"]
     hidden_size: int | None = None  # null: the target's (the draft shares its embedding)
     intermediate_size: int | None = None
     num_attention_heads: int | None = None
     num_key_value_heads: int | None = None
     head_dim: int | None = None
-    block_size: int = 7
-    markov_rank: int = 256  # 0 = DFlash
-    markov_head_type: str = "vanilla"  # vanilla | gated | rnn
-    enable_confidence_head: bool = True
-    confidence_head_with_markov: bool = True
-    draft_vocab_size: int | None = None  # null = full target vocab
-    sample_from_anchor: bool = True  # DSpark anchor-first (True) or DFlash 1+N (False)
-    dspark_draft_topk: int | None = None
+    block_size: int = _DSPARK["block_size"]
+    markov_rank: int = _DSPARK["markov_rank"]  # 0 = DFlash
+    markov_head_type: str = _DSPARK["markov_head_type"]  # vanilla | gated | rnn
+    enable_confidence_head: bool = _DSPARK["enable_confidence_head"]
+    confidence_head_with_markov: bool = _DSPARK["confidence_head_with_markov"]
+    draft_vocab_size: int | None = _DSPARK["draft_vocab_size"]  # null = full target vocab
+    # DSpark anchor-first (True) or DFlash 1+N (False)
+    sample_from_anchor: bool = _DSPARK["sample_from_anchor"]
+    dspark_draft_topk: int | None = _DSPARK["dspark_draft_topk"]
     target_layer_ids: list[int] | None = None  # null: 5 ids spread over 1..N-3
     # token for the mask slots; auto: chosen (train/init/mask_token.py)
     mask_token: str | None = "auto"
@@ -131,7 +140,6 @@ class TrainerCfg:
     progress: bool = True
     print_every: int = 0  # a plain stdout line at step 1 and every N steps (0: none), for logs
     threads: int | None = None  # torch CPU threads (null: leave as is)
-    step_delay_s: float = 0.0  # debugging aid: pause after each step (the crash/resume test)
     max_bad_batches: int = 0  # non-finite loss/grad batches to skip (no step) before stopping
     # Speed (GPU only; train.loop.target.apply_speed_settings, measured by
     # scripts/bench_train_scale.py):

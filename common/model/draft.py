@@ -30,22 +30,41 @@ from common.model.masks import training_block_mask, training_block_mask_flex
 
 @dataclass
 class TrainForward:
-    """Per (sequence n, anchor a, draft slot j); draft j predicts x_{p+1+j}.
+    """Per (sequence n, anchor a, draft slot j); draft j predicts x_{p+1+j}. Which position that
+    is, and whether it counts, is `block_label_positions`' (the loss's targets read it there).
 
     hidden:    [N, A, Nd, H]  post-final-norm hidden feeding lm_head / confidence head
     prev_ids:  [N, A, Nd]     teacher-forced previous token (x_{p+j}; j=0 is the anchor)
-    label_pos: [N, A, Nd]     position of the predicted token, p+1+j (clamped to T-1)
-    in_range:  [N, A, Nd]     label_pos < T, same document, anchor valid
     markov_embed: [N, A, Nd, r] W1[prev] (r = 0 without a Markov head)
     markov_input: [N, A, Nd, r] u with bias = markov_w2(u)
     """
 
     hidden: torch.Tensor
     prev_ids: torch.Tensor
-    label_pos: torch.Tensor
-    in_range: torch.Tensor
     markov_embed: torch.Tensor
     markov_input: torch.Tensor
+
+
+def block_label_positions(
+    anchors: torch.Tensor,  # [N, A]
+    anchor_valid: torch.Tensor,  # [N, A] bool
+    num_draft: int,
+    seq_len: int,
+    doc_ids: torch.Tensor | None = None,  # [N, T]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (label_pos, in_range), each [N, A, Nd]: draft j of the block at anchor p predicts the
+    token at p+1+j (clamped to T-1, so it can always be gathered); it counts only when that is
+    inside the sequence, the anchor is valid and, with `doc_ids`, in the anchor's document. The
+    one place of this bookkeeping: the draft's teacher-forced inputs and the loss's targets."""
+    n = anchors.shape[0]
+    j = torch.arange(num_draft, device=anchors.device)
+    label_pos = anchors.unsqueeze(-1) + 1 + j
+    in_range = (label_pos < seq_len) & anchor_valid.unsqueeze(-1)
+    label_pos = label_pos.clamp(max=seq_len - 1)
+    if doc_ids is not None:
+        label_doc = doc_ids.gather(1, label_pos.view(n, -1)).view_as(label_pos)
+        in_range = in_range & (label_doc == doc_ids.gather(1, anchors).unsqueeze(-1))
+    return label_pos, in_range
 
 
 class DSparkDraftModel(nn.Module):
@@ -153,18 +172,10 @@ class DSparkDraftModel(nn.Module):
         hidden = self.backbone(block_ids.view(n, a * b), block_pos.view(n, a * b), ctx_kv, mask)
         hidden = hidden.view(n, a, b, -1)[:, :, cfg.draft_slot_offset : cfg.draft_slot_offset + nd]
 
-        j = torch.arange(nd, device=anchors.device)
-        label_pos = anchors.unsqueeze(-1) + 1 + j  # [N, A, Nd]
-        in_range = (label_pos < t) & anchor_valid.unsqueeze(-1)
-        label_pos = label_pos.clamp(max=t - 1)
-        if doc_ids is not None:
-            same_doc = doc_ids.gather(1, label_pos.view(n, -1)).view(n, a, nd) == doc_ids.gather(
-                1, anchors
-            ).unsqueeze(-1)
-            in_range = in_range & same_doc
+        label_pos, _ = block_label_positions(anchors, anchor_valid, nd, t)
         prev_ids = input_ids.gather(1, (label_pos - 1).view(n, -1)).view(n, a, nd)
         e, u = self.markov_inputs(prev_ids, hidden)
-        return TrainForward(hidden, prev_ids, label_pos, in_range, e, u)
+        return TrainForward(hidden, prev_ids, e, u)
 
     def markov_inputs(self, prev_ids, hidden):
         """Teacher-forced (e, u), each [..., Nd, r]; empty (r = 0) without a Markov head."""

@@ -24,6 +24,7 @@ needs is nil (every row has N+1 queries; only key lengths differ, bucketed to 64
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -83,7 +84,8 @@ class Engine:
         self.eos_token_ids = eos_ids(target, tokenizer) if eos_token_ids is None else eos_token_ids
         self.num_spec = 0
         if draft is not None:
-            check_pair(target, draft.config, tokenizer)
+            if not opts.checkpoint_checked:
+                check_pair(target, draft.config, tokenizer)
             self.num_spec = resolve_num_speculative_tokens(opts, draft.config)
         # A round writes positions p..p+N with p <= max_model_len - 1.
         capacity = round_up(opts.max_model_len + self.num_spec + 1, KV_BUCKET)
@@ -193,8 +195,8 @@ class Engine:
 
     @classmethod
     def from_options(cls, opts: EngineOptions) -> Engine:
-        target, draft, tokenizer = load_models(opts)
-        return cls(target, draft, opts, tokenizer)
+        target, draft, tokenizer = load_models(opts)  # checks the pair unless already checked
+        return cls(target, draft, dataclasses.replace(opts, checkpoint_checked=True), tokenizer)
 
     # ------------------------------------------------------------------ requests
     def add_request(

@@ -1,7 +1,10 @@
 """Load and cross-check the target, its tokenizer and the DSpark draft.
 
 Every check here guards a mistake that would otherwise run silently with garbage acceptance or
-crash deep inside a forward: the messages say what to change.
+crash deep inside a forward: the messages say what to change. The draft/target comparison
+(`check_pair`, common.target_fit's) runs once, here, before the draft's weights load; not at all
+when the options say the caller checked the checkpoint already (`serve.launch` does, once per
+launch).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import torch
 from torch import nn
 
 from common.checkpoint import load_checkpoint, read_config
-from common.config import DSparkConfig
+from common.config import ConfigError, DSparkConfig
 from common.target_fit import fit_problems
 from serve.engine.options import EngineOptions, OptionsError
 
@@ -46,16 +49,11 @@ def check_pair(model: nn.Module, draft_cfg: DSparkConfig, tokenizer=None) -> Non
 
 
 def resolve_num_speculative_tokens(opts: EngineOptions, draft_cfg: DSparkConfig) -> int:
-    """N: the option if given (1..layout's N), else the checkpoint layout's default."""
-    layout_n = draft_cfg.num_speculative_tokens
-    n = opts.num_speculative_tokens or layout_n
-    if n > layout_n:
-        layout = "anchor-first" if draft_cfg.sample_from_anchor else "1+N"
-        raise OptionsError(
-            f"num_speculative_tokens={n} exceeds the checkpoint's {layout} layout (block_size="
-            f"{draft_cfg.block_size} gives {layout_n} drafts): pass at most {layout_n}."
-        )
-    return n
+    """N: the option if given, else the checkpoint layout's (`DSparkConfig.drafts_per_step`)."""
+    try:
+        return draft_cfg.drafts_per_step(opts.num_speculative_tokens)
+    except ConfigError as e:
+        raise OptionsError(str(e)) from None
 
 
 def load_tokenizer(path: str):
@@ -92,7 +90,8 @@ def load_models(opts: EngineOptions):
     check_target(target)
     draft = None
     if draft_cfg is not None:
-        check_pair(target, draft_cfg, tokenizer)
+        if not opts.checkpoint_checked:  # serve.launch validated it once already
+            check_pair(target, draft_cfg, tokenizer)
         draft = load_checkpoint(
             opts.checkpoint,
             dtype=opts.torch_dtype,

@@ -60,6 +60,9 @@ class EngineOptions:
         outputs are bit-identical to tp=1 on every rank. 1 = one process.
     max_num_seqs: running requests per batch; max_model_len: prompt + output tokens per request.
     seed: default per-request seed base (a request's own `seed` wins).
+    checkpoint_checked: the checkpoint was already validated against the target (serve.launch
+        runs `common.contract.serving_problems` once per launch); the engine then does not
+        compare the draft with the target again.
     """
 
     target: str
@@ -78,6 +81,7 @@ class EngineOptions:
     max_num_seqs: int = 8
     max_model_len: int = 2048
     seed: int = 0
+    checkpoint_checked: bool = False
 
     def __post_init__(self):
         if self.dtype not in DTYPES:

@@ -81,8 +81,8 @@ def test_a_signal_saves_the_step_and_the_run_resumes_exactly(target, tmp_path, h
     assert main(fast(target, ref, *steps)) == 0
 
     out = tmp_path / "stopped"
-    cmd = [sys.executable, "-m", "train.distill", *fast(target, out, *steps)]
-    cmd.append("trainer.step_delay_s=1.0")
+    # Each step followed by a 1 s pause (tests/slow_steps.py), so the signal lands mid-run.
+    cmd = [sys.executable, "-m", "tests.slow_steps", "1.0", *fast(target, out, *steps)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         cmd,

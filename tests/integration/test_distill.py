@@ -16,6 +16,7 @@ from common.checkpoint_files import PROVENANCE_NAME
 from common.config import DSparkConfig
 from common.contract import check_checkpoint
 from common.target_fit import checkpoint_fit_problems
+from tests.slow_steps import slow_steps
 from train.config_io import CONFIG_DIR, BadConfig, compose_config
 from train.distill import main
 from train.init.draft_config import MASK_KEYS
@@ -155,7 +156,6 @@ def test_cli_surface_is_frozen():
         "trainer.progress",
         "trainer.print_every",
         "trainer.threads",
-        "trainer.step_delay_s",
         "trainer.max_bad_batches",
         "trainer.draft_attention",
         "trainer.target_attention",
@@ -182,6 +182,30 @@ def test_every_draft_key_but_the_mask_choice_is_a_dspark_config_field():
     """train.init.draft_config.draft_config copies DraftCfg into DSparkConfig by field name."""
     draft = {f.name for f in dataclasses.fields(DraftCfg)} - set(MASK_KEYS)
     assert draft <= {f.name for f in dataclasses.fields(DSparkConfig)}
+
+
+def test_draft_defaults_are_dspark_configs():
+    """One place for the draft's defaults: every DraftCfg key that is a DSparkConfig field
+    defaults as DSparkConfig does, but the ones resolved from the target (null here); the dspark
+    preset (configs/draft/dspark.yaml) says the same."""
+    import yaml
+
+    from_target = {
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "target_layer_ids",
+    }
+    ours = {f.name: f.default for f in dataclasses.fields(DraftCfg) if f.name not in MASK_KEYS}
+    theirs = {f.name: f.default for f in dataclasses.fields(DSparkConfig)}
+    shared = set(ours) - from_target
+    assert len(shared) == 9  # a key added to both is compared too
+    assert {k: ours[k] for k in shared} == {k: theirs[k] for k in shared}
+    assert all(ours[k] is None for k in from_target)
+    preset = yaml.safe_load((CONFIG_DIR / "draft" / "dspark.yaml").read_text())
+    assert preset == {k: theirs[k] for k in preset} and set(preset) <= shared
 
 
 def test_experiments_exist_and_dflash_is_the_ablation():
@@ -330,9 +354,10 @@ def test_end_to_end_exports_a_valid_vllm_checkpoint(target, tmp_path, capsys):
     assert main(fast(target, out)) == 2
 
 
-def test_time_budget_stops_early_and_still_exports(target, tmp_path, capsys):
+def test_time_budget_stops_early_and_still_exports(target, tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    args = ("trainer.max_steps=50", "trainer.max_seconds=0.3", "trainer.step_delay_s=0.2")
+    slow_steps(monkeypatch, 0.2)
+    args = ("trainer.max_steps=50", "trainer.max_seconds=0.3")
     assert main(fast(target, out, *args)) == 0
     step = json.loads((out / "summary.json").read_text())["step"]
     assert step in (1, 2)  # each step takes at least its 0.2 s delay
@@ -365,9 +390,9 @@ def test_killed_run_resumes_exactly(target, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "train.distill",
+        "tests.slow_steps",  # each step followed by a 1 s pause, so the kill lands mid-run
+        "1.0",
         *fast(target, out, *steps),
-        "trainer.step_delay_s=1.0",
     ]
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -1,6 +1,6 @@
-"""serve.launch (+ launch_*) / serve.vllm_args without vLLM or a GPU: the config surface,
-every decision, the `vllm serve` argv, and both branches end to end with the machine probes and
-exec patched."""
+"""serve.launch (+ launch_config, launch_vllm, launch_embedded) / serve.vllm_args without vLLM or
+a GPU: the config surface, every decision, the `vllm serve` argv, both branches end to end with
+the machine probes and exec patched, the one validation per launch, and bad input as one line."""
 
 from __future__ import annotations
 
@@ -14,18 +14,23 @@ import pytest
 from common.checkpoint import save_checkpoint
 from common.config import DSparkConfig
 from common.model import DSparkDraftModel
-from serve import launch, launch_probes
+from serve import launch
 from serve.launch import choose_engine
-from serve.launch_config import LaunchRefused, ServeCfg, check_paths, compose_serve_config
+from serve.launch_config import (
+    LaunchRefused,
+    ServeCfg,
+    check_paths,
+    compose_serve_config,
+    decide_adaptive_verification,
+    resolve_num_speculative_tokens,
+)
 from serve.vllm_args import (
     build_vllm_command,
     check_draft_tp,
     check_extra_args,
     check_markov_head,
     check_speculative_config,
-    decide_adaptive_verification,
     decide_batch_sharded_sampling,
-    resolve_num_speculative_tokens,
 )
 from tests.conftest import tiny_config as conftest_tiny_config
 
@@ -62,12 +67,14 @@ def assets(tmp_path_factory):
 
 @pytest.fixture
 def machine(monkeypatch):
-    """Patch the probes and exec; returns a dict to set vllm/gpus and read what was exec'd."""
-    state = {"vllm": None, "gpus": 0, "exec": None}
-    monkeypatch.setattr(launch_probes, "probe_vllm_version", lambda: state["vllm"])
-    monkeypatch.setattr(launch_probes, "probe_cuda_devices", lambda: state["gpus"])
-    monkeypatch.setattr(launch_probes, "exec_command", lambda cmd: state.__setitem__("exec", cmd))
-    monkeypatch.setattr(launch_probes, "which", lambda name: "/usr/bin/" + name)
+    """Patch the probes, the port check and exec; returns a dict to set vllm/gpus and read what
+    was exec'd and which ports were checked."""
+    state = {"vllm": None, "gpus": 0, "exec": None, "ports": []}
+    monkeypatch.setattr(launch, "check_port_free", lambda h, p: state["ports"].append((h, p)))
+    monkeypatch.setattr(launch, "probe_vllm_version", lambda: state["vllm"])
+    monkeypatch.setattr(launch, "probe_cuda_devices", lambda: state["gpus"])
+    monkeypatch.setattr(launch, "exec_command", lambda cmd: state.__setitem__("exec", cmd))
+    monkeypatch.setattr(launch, "which", lambda name: "/usr/bin/" + name)
     return state
 
 
@@ -449,6 +456,7 @@ def test_embedded_branch_builds_engine_options(assets, machine, monkeypatch, cap
         max_num_seqs=4,
         tp=2,
         use_fp64_gumbel=True,
+        checkpoint_checked=True,
     )
     assert (calls["host"], calls["port"], calls["name"]) == ("127.0.0.1", 9001, "tiny")
     out = capsys.readouterr().out

@@ -17,7 +17,7 @@ from common.spec_config import (
     speculative_config,
     vllm_supported,
 )
-from serve import launch, launch_probes
+from serve import launch
 from serve.check import main as serve_check
 from tests.conftest import tiny_config, tiny_model
 from train.publish.model_card import write_model_card
@@ -83,8 +83,8 @@ def test_launcher_card_and_check_agree(tmp_path, monkeypatch, capsys):
     ckpt = save_checkpoint(tiny_model(), tmp_path / "draft").resolve()
     expected = speculative_config(read_config(ckpt), str(ckpt))
 
-    monkeypatch.setattr(launch_probes, "probe_vllm_version", lambda: "0.34.0")
-    monkeypatch.setattr(launch_probes, "probe_cuda_devices", lambda: 1)
+    monkeypatch.setattr(launch, "probe_vllm_version", lambda: "0.34.0")
+    monkeypatch.setattr(launch, "probe_cuda_devices", lambda: 1)
     assert launch.main([f"target={target}", f"checkpoint={ckpt}", "dry_run=true"]) == 0
     out = capsys.readouterr().out
     (cmd,) = [ln.split("command: ", 1)[1] for ln in out.splitlines() if "command: " in ln]

@@ -155,10 +155,11 @@ def no_engine(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("an engine was started or probed before the refusal")
 
-    from serve import launch_probes
+    from serve import launch
 
     for probe in ("exec_command", "probe_vllm_version", "probe_cuda_devices"):
-        monkeypatch.setattr(launch_probes, probe, forbidden)
+        monkeypatch.setattr(launch, probe, forbidden)
+    monkeypatch.setattr(launch, "check_port_free", lambda host, port: None)
     import serve.api.server
 
     monkeypatch.setattr(serve.api.server, "run_server", forbidden)

@@ -326,7 +326,7 @@ def test_launch_with_vllm_starts_the_sidecar_before_exec(tmp_path, monkeypatch, 
     import os
 
     from common.checkpoint import save_checkpoint
-    from serve import launch, launch_probes, watchdog
+    from serve import launch, watchdog
     from tests.conftest import tiny_model
 
     target = tmp_path / "target"
@@ -336,10 +336,11 @@ def test_launch_with_vllm_starts_the_sidecar_before_exec(tmp_path, monkeypatch, 
     ckpt = save_checkpoint(tiny_model(num_hidden_layers=1), tmp_path / "d", provenance=prov)
     bare = save_checkpoint(tiny_model(num_hidden_layers=1), tmp_path / "bare")
     events = []
-    monkeypatch.setattr(launch_probes, "probe_vllm_version", lambda: "0.34.0")
-    monkeypatch.setattr(launch_probes, "probe_cuda_devices", lambda: 1)
-    monkeypatch.setattr(launch_probes, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(launch_probes, "exec_command", lambda cmd: events.append(("exec", cmd)))
+    monkeypatch.setattr(launch, "probe_vllm_version", lambda: "0.34.0")
+    monkeypatch.setattr(launch, "probe_cuda_devices", lambda: 1)
+    monkeypatch.setattr(launch, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(launch, "exec_command", lambda cmd: events.append(("exec", cmd)))
+    monkeypatch.setattr(launch, "check_port_free", lambda host, port: None)
     monkeypatch.setattr(
         watchdog.subprocess, "Popen", lambda cmd, **kw: events.append(("sidecar", cmd)) or 1
     )

@@ -104,7 +104,7 @@ def ours_and_specforge(markov_head_type: str, confidence_detach: bool, gamma=DEC
     # ours
     h = fo.hidden.detach().clone().requires_grad_(True)
     e, u = model.markov_inputs(fo.prev_ids, h)
-    fo = TrainForward(h, fo.prev_ids, fo.label_pos, fo.in_range, e, u)
+    fo = TrainForward(h, fo.prev_ids, e, u)
     tg = block_targets(ids, loss_mask, anchors, valid, cfg.num_speculative_tokens, model.t2d, DECAY)
     loss, sums = distill_loss(
         model,

@@ -11,6 +11,7 @@ import torch
 from transformers import Qwen3Config
 
 from common.config import AssumedConfigKey, ConfigError, DSparkConfig, default_target_layer_ids
+from common.model import block_label_positions
 from tests.conftest import tiny_config, tiny_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -186,4 +187,5 @@ def test_num_speculative_tokens_by_layout(sfa, n_spec, offset):
         torch.ones(1, 2, dtype=torch.bool),
     )
     assert out.hidden.shape == (1, 2, n_spec, cfg.hidden_size)
-    assert out.label_pos[0, 0].tolist() == [3, 4, 5, 6][:n_spec]
+    label_pos, _ = block_label_positions(torch.tensor([[2, 5]]), torch.ones(1, 2).bool(), n_spec, t)
+    assert label_pos[0, 0].tolist() == [3, 4, 5, 6][:n_spec]

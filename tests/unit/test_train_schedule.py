@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.integration.test_distill import fast
+from tests.slow_steps import slow_steps
 from train.config_io import BadConfig, compose_config
 from train.distill import main
 from train.loop.schedule import (
@@ -315,10 +316,10 @@ def test_a_time_boxed_run_plans_for_evaluations_without_their_compile(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(train.loop.trainer, "capture_batch", slow_first)
+    slow_steps(monkeypatch, 0.05)
     args = (
         "trainer.max_steps=400",
         "trainer.max_seconds=4",
-        "trainer.step_delay_s=0.05",
         "trainer.eval_every=10",
         "trainer.eval_batches=4",
         "data.heldout_max_rows=64",
@@ -497,12 +498,18 @@ def test_a_time_boxed_run_plans_from_its_periodic_evaluations(
 
 
 @pytest.mark.parametrize("name", ["cosine", "wsd"])
-def test_a_time_boxed_run_plans_its_schedule_and_follows_it(name, target, tmp_path, capsys):  # noqa: F811
+def test_a_time_boxed_run_plans_its_schedule_and_follows_it(
+    name,
+    target,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
     out = tmp_path / "run"
+    slow_steps(monkeypatch, 0.05)
     args = (
         "trainer.max_steps=400",
         "trainer.max_seconds=4",
-        "trainer.step_delay_s=0.05",
         f"optim.schedule={name}",
     )
     assert main(fast(target, out, *args)) == 0

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from common.spec_config import VLLM_FEATURES, has_feature
-from serve import launch, launch_probes
+from serve import launch
 from serve.launch_config import LaunchRefused
 from serve.vllm_args import VLLM_DEFAULT_MAX_LOGPROBS, decide_batch_sharded_sampling
 from tests.tiny import write_draft
@@ -58,7 +58,7 @@ def vllm_refuses_batch_sharded(tp, max_num_seqs, max_logprobs, adaptive) -> bool
 
 
 def test_probe_reads_the_installed_version():
-    assert launch_probes.probe_vllm_version() == installed_version()
+    assert launch.probe_vllm_version() == installed_version()
 
 
 def test_feature_table_matches_installed_vllm():
@@ -78,6 +78,15 @@ def test_feature_table_matches_installed_vllm():
     }
     version = installed_version()
     assert {f.name: has_feature(version, f.name) for f in VLLM_FEATURES} == observed
+
+
+def test_capture_size_key_is_vllms():
+    """serve.vllm_args raises compilation_config.max_cudagraph_capture_size above vLLM's default
+    ceiling: the key must exist in the installed vLLM."""
+    from vllm.config import CompilationConfig
+
+    assert "max_cudagraph_capture_size" in CompilationConfig.__dataclass_fields__
+    assert CompilationConfig(max_cudagraph_capture_size=1024).max_cudagraph_capture_size == 1024
 
 
 def test_batch_sharded_refusals_are_vllms():
@@ -117,8 +126,8 @@ def launch_draft(random_target, vllm_workdir):
 
 
 def launcher_spec(monkeypatch, capsys, target, ckpt, *overrides) -> dict:
-    monkeypatch.setattr(launch_probes, "probe_vllm_version", installed_version)
-    monkeypatch.setattr(launch_probes, "probe_cuda_devices", lambda: 1)
+    monkeypatch.setattr(launch, "probe_vllm_version", installed_version)
+    monkeypatch.setattr(launch, "probe_cuda_devices", lambda: 1)
     args = [f"target={target}", f"checkpoint={ckpt}", "engine=vllm", "dry_run=true", *overrides]
     assert launch.main(args) == 0
     out = capsys.readouterr().out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from common.model import DSparkDraftModel
+from common.model import DSparkDraftModel, block_label_positions
 from train.loop.vocab_loss import (
     VOCAB_GRAD_MODES,
     RowPlan,
@@ -34,6 +34,20 @@ from train.loop.vocab_loss import (
     kept_rows,
     vocab_terms,
 )
+
+# The loss's terms, in the order of their weights (`loss_weights`).
+LOSS_TERMS = ("ce", "l1", "bce")
+
+
+def loss_weights(loss_cfg) -> tuple[float, float, float]:
+    """The `loss` config's weights, in LOSS_TERMS order: what the loss and the logged figure use."""
+    return (loss_cfg.ce_weight, loss_cfg.l1_weight, loss_cfg.bce_weight)
+
+
+def weighted_loss(terms: dict[str, float], weights) -> float:
+    """The logged loss from pooled terms (`summarize`); a term not there (bce without a
+    confidence head) adds nothing."""
+    return sum(w * terms.get(k, 0.0) for w, k in zip(weights, LOSS_TERMS, strict=True))
 
 
 @dataclass
@@ -59,13 +73,9 @@ def block_targets(
 ) -> BlockTargets:
     n, t = input_ids.shape
     j = torch.arange(num_draft, device=input_ids.device)
-    label_pos = anchors.unsqueeze(-1) + 1 + j
-    ok = (label_pos < t) & anchor_valid.unsqueeze(-1)
-    label_pos = label_pos.clamp(max=t - 1)
+    label_pos, ok = block_label_positions(anchors, anchor_valid, num_draft, t, doc_ids)
     flat = label_pos.view(n, -1)
     ok &= loss_mask.gather(1, flat).view_as(label_pos).bool()
-    if doc_ids is not None:
-        ok &= doc_ids.gather(1, flat).view_as(label_pos) == doc_ids.gather(1, anchors).unsqueeze(-1)
     mask = ok.long().cumprod(-1).float()
     labels = input_ids.gather(1, flat).view_as(label_pos)
     ce_mask = mask * t2d[labels].float()
@@ -122,7 +132,7 @@ def distill_loss(
     terms = ("bce",) if fused is not None else ("ce", "l1", "bce")
     loss = sum(
         wt * nums[k] / dens[k].clamp(min=1e-9)
-        for wt, k in zip(weights, ("ce", "l1", "bce"), strict=True)
+        for wt, k in zip(weights, LOSS_TERMS, strict=True)
         if k in nums and k in terms
     )
     if fused is not None:

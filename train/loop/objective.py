@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from common.model import DSparkDraftModel
-from train.loop.loss import BlockTargets, distill_loss
+from train.loop.loss import BlockTargets, distill_loss, loss_weights
 from train.loop.phases import phase
 
 
@@ -16,13 +16,9 @@ class DistillObjective(nn.Module):
     def __init__(self, draft: DSparkDraftModel, loss_cfg, compile_loss: bool = False):
         super().__init__()
         self.draft = draft
-        self.weights = (loss_cfg.ce_weight, loss_cfg.l1_weight, loss_cfg.bce_weight)
+        self.weights = loss_weights(loss_cfg)
         self.chunk_tokens = loss_cfg.chunk_tokens
         self.confidence_detach = loss_cfg.confidence_detach
-        # How the vocab-sized part gets its gradient (train.loop.vocab_loss.VOCAB_GRAD_MODES);
-        # benchmarks
-        # switch it to measure the two against each other.
-        self.vocab_grad = "fused"
         self.share_teacher = loss_cfg.share_teacher
         # trainer.compile_loss (train.loop.vocab_loss.compiled_fused_chunk)
         self.compile_loss = compile_loss
@@ -58,7 +54,6 @@ class DistillObjective(nn.Module):
                 weights=self.weights,
                 chunk_tokens=self.chunk_tokens,
                 confidence_detach=self.confidence_detach,
-                vocab_grad=self.vocab_grad,
                 compiled=self.compile_loss,
                 share_teacher=self.share_teacher,
             )

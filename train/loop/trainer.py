@@ -45,7 +45,7 @@ from train.data.sampler import epoch_order
 from train.errors import SetupError
 from train.loop.anchors import answer_head_mask, valid_anchor_mask
 from train.loop.blocks import anchor_blocks, blocks_at, capture_batch
-from train.loop.loss import summarize
+from train.loop.loss import loss_weights, summarize, weighted_loss
 from train.loop.metrics import RunLogger
 from train.loop.objective import DistillObjective
 from train.loop.optim_groups import param_groups
@@ -347,11 +347,7 @@ class Trainer:
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
-        out["loss"] = (
-            self.cfg.loss.ce_weight * out["ce"]
-            + self.cfg.loss.l1_weight * out["l1"]
-            + self.cfg.loss.bce_weight * out.get("bce", 0.0)
-        )
+        out["loss"] = weighted_loss(out, loss_weights(self.cfg.loss))
         out["grad_norm"] = grad_norm
         out["lr"] = self.sched.get_last_lr()[0]
         out["tokens"] = tokens * self.world
@@ -573,8 +569,6 @@ class Trainer:
                     self.log.log(self.step, "eval", ev)
             if tc.save_every and self.step % tc.save_every == 0 and self.step < end:
                 self.save()
-            if tc.step_delay_s:
-                time.sleep(tc.step_delay_s)
             if timed is not None:
                 horizon = timed.observe(self.step, time.perf_counter() - t0)
                 if horizon is not None:
