@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.model import block_label_positions  # noqa: E402
 from common.target import TargetCapture  # noqa: E402
 from scripts.eval_acceptance import (  # noqa: E402
     add_runtime_args,
@@ -54,7 +55,7 @@ def greedy_beyond(target, ids: torch.Tensor, n: int) -> torch.Tensor:
 def teacher_forced_pass(engine: Engine, ids: torch.Tensor, anchors: torch.Tensor):
     """(fo, capture): one training-path pass over `ids` [1, T] for blocks anchored at each of
     `anchors` [1, A] (`TargetCapture`, then `forward_train`, the Markov head fed the true previous
-    tokens); fo is `forward_train`'s output (hidden, markov_input, label_pos, in_range), capture
+    tokens); fo is `forward_train`'s output (hidden, markov_input), capture
     the target's (aux, final hidden states)."""
     draft = engine.draft_model
     cap = TargetCapture(engine.target_model, draft.config.target_layer_ids)
@@ -90,9 +91,18 @@ def slot_hits(engine: Engine, prompt: list[int], answer: list[int]):
     )
     lp = len(prompt)
     anchors = torch.arange(lp, lp + len(answer), device=ids.device).unsqueeze(0)
-    guess, fo, out = draft_guesses(engine, ids, anchors)
-    hit = (guess == ids[0, fo.label_pos[0]]) & fo.in_range[0]
-    return hit, ids, fo.label_pos[0], out.final
+    guess, _, out = draft_guesses(engine, ids, anchors)
+    label_pos, in_range = slot_labels(anchors, engine.num_spec, ids.shape[1])
+    hit = (guess == ids[0, label_pos]) & in_range
+    return hit, ids, label_pos, out.final
+
+
+def slot_labels(anchors: torch.Tensor, num_spec: int, seq_len: int):
+    """(label_pos, in_range), each [A, Nd], of one row's anchors [1, A]: where slot k of the round
+    at each anchor finds its token, and whether that lies inside the sequence."""
+    valid = torch.ones_like(anchors, dtype=torch.bool)
+    label_pos, in_range = block_label_positions(anchors, valid, num_spec, seq_len)
+    return label_pos[0], in_range[0]
 
 
 def accepted_counts(engine: Engine, prompt: list[int], answer: list[int]) -> torch.Tensor:

@@ -31,7 +31,7 @@ from scripts.eval_acceptance import (  # noqa: E402
     parse_runtime_args,
     read_jsonl,
 )
-from scripts.teacher_forced_acceptance import draft_guesses  # noqa: E402
+from scripts.teacher_forced_acceptance import draft_guesses, slot_labels  # noqa: E402
 from serve.engine import Engine  # noqa: E402
 from serve.engine.options import EngineOptions  # noqa: E402
 from train.data.regenerate import regeneration_prompt  # noqa: E402
@@ -45,10 +45,11 @@ def slot_agreement(engine: Engine, prompt: list[int], answer: list[int]) -> torc
     greedy = engine.target_model(input_ids=ids).logits[0].argmax(-1)  # [T]: argmax for t + 1
     lp, n = len(prompt), ids.shape[1]
     anchors = torch.arange(lp, n - 1, device=ids.device).unsqueeze(0)
-    guess, fo, _ = draft_guesses(engine, ids, anchors)
-    pos = fo.label_pos[0].clamp(1, n - 1)  # the position each slot proposes a token for
+    guess, _, _ = draft_guesses(engine, ids, anchors)
+    label_pos, in_range = slot_labels(anchors, engine.num_spec, n)
+    pos = label_pos.clamp(1, n - 1)  # the position each slot proposes a token for
     hit = (guess == greedy[pos - 1]).long()
-    return torch.where(fo.in_range[0], hit, torch.full_like(hit, -1))
+    return torch.where(in_range, hit, torch.full_like(hit, -1))
 
 
 def first_tokens(hits: torch.Tensor, n: int) -> torch.Tensor:

@@ -42,6 +42,7 @@ from scripts.teacher_forced_acceptance import (  # noqa: E402
     conditional_acceptance,
     greedy_engine,
     leading_matches,
+    slot_labels,
     teacher_forced_pass,
 )
 from serve.engine import Engine  # noqa: E402
@@ -78,7 +79,8 @@ def base_and_bias(engine: Engine, prompt: list[int], answer: list[int]):
     h, u = fo.hidden[0], fo.markov_input[0].to(fo.hidden.dtype)
     base = h @ draft.lm_head.weight.T.to(h.dtype)
     bias = u @ draft.markov_head.markov_w2.weight.T.to(h.dtype)
-    return base, bias, ids[0, fo.label_pos[0]], u
+    label_pos, _ = slot_labels(anchors, nd, t)
+    return base, bias, ids[0, label_pos], u
 
 
 def rank_cut_map(w1: torch.Tensor, w2: torch.Tensor, rank: int, weights: torch.Tensor):
