@@ -29,6 +29,8 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# Also a tokenizer, less common (WordPiece, other sentencepiece names, tiktoken-based remote code).
+OTHER_TOKENIZER_FILES = ("vocab.txt", "spiece.model")
 
 
 class CheckpointFileError(ValueError):
@@ -101,7 +103,8 @@ def check_model_folder(path: str | os.PathLike, what: str = "model") -> None:
         missing.append("config.json")
     if not files & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in files):
         missing.append(f"weights ({' or '.join(WEIGHT_FILES[::2])})")
-    if not files & set(TOKENIZER_FILES):
+    tiktoken = any(n.endswith(".tiktoken") for n in files)
+    if not files & {*TOKENIZER_FILES, *OTHER_TOKENIZER_FILES} and not tiktoken:
         missing.append(f"a tokenizer ({' or '.join(TOKENIZER_FILES)})")
     if missing:
         state = "is empty" if not files else "is incomplete"
