@@ -14,8 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from common.checkpoint import WEIGHTS_NAME, read_config
-from common.checkpoint_errors import CheckpointFileError, check_model_folder, check_safetensors_file
+from common.checkpoint import read_config
+from common.checkpoint_errors import CheckpointFileError, check_model_folder
 from common.contract import check_checkpoint
 from common.spec_config import speculative_config
 from common.target_fit import checkpoint_fit_problems
@@ -46,9 +46,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _problems(args) -> list[str]:
-    weights = Path(args.ckpt_dir) / WEIGHTS_NAME
-    if weights.is_file():  # a missing one is check_checkpoint's line
-        check_safetensors_file(weights)
     problems = check_checkpoint(args.ckpt_dir, require_vllm_servable=args.vllm)
     if args.target is not None and not problems:
         if Path(args.target).is_dir():

@@ -263,7 +263,7 @@ def test_a_truncated_weights_file_is_one_refusal_line(online, ckpt, hub, capsys)
     weights.write_bytes(data[:-7])
     assert main(_argv(ckpt, hub)) == 2
     err = capsys.readouterr().err
-    assert f"  - {weights} is truncated: expected {len(data)} bytes (from its safetensors " in err
+    assert f"  - contract: {weights} is truncated: expected {len(data)} bytes (from its " in err
     assert f"found {len(data) - 7}; copy or download it again" in err
     assert "Traceback" not in err and "SafetensorError" not in err
     assert hub.requests == []

@@ -113,3 +113,16 @@ def test_serve_check_names_a_broken_target_folder(ckpt, tmp_path, capsys):
     assert serve_check([str(ckpt), "--target", str(tmp_path / "t")]) == 1
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(f"{ckpt}: target folder {tmp_path / 't'} is empty: missing config.json")
+
+
+def test_the_contract_check_returns_the_line_instead_of_raising(ckpt):
+    """check_checkpoint (serve.launch and train.publish.push run it) lists the truncated file as
+    its one problem."""
+    from common.contract import check_checkpoint
+
+    weights = ckpt / "model.safetensors"
+    whole, cut = truncate(weights, 5)
+    assert check_checkpoint(ckpt) == [
+        f"{weights} is truncated: expected {whole} bytes (from its safetensors header), found "
+        f"{cut}; copy or download it again"
+    ]
