@@ -13,7 +13,8 @@ Design choices:
   listed. Only the free-form dicts (`extra`, `data.chat_template_kwargs`) take keys of any name.
 - The composed config is walked against the schema too, so an unknown key in an experiment file is
   refused the same way.
-- `experiment=NAME` is taken as `+experiment=NAME` (experiments are not in the defaults list).
+- `experiment=NAME` is taken as `+experiment=NAME` (experiments are not in the defaults list), and
+  `+key=value` for a schema key as `key=value` (every schema key exists already).
 """
 
 from __future__ import annotations
@@ -198,14 +199,16 @@ def check_overrides(overrides: list[str]) -> list[str]:
             pass
         elif key not in KEYS:
             raise unknown_key(key)
-        elif not o.is_sweep_override():
-            value = o.value()
-            try:
-                OmegaConf.update(base, key, value, merge=True)
-            except (OmegaConfBaseException, ValueError):
-                raise BadConfig(
-                    f"{key}={o.get_value_element_as_str()}: expected {describe(KEYS[key])}"
-                ) from None
+        else:
+            if not o.is_sweep_override():
+                try:
+                    OmegaConf.update(base, key, o.value(), merge=True)
+                except (OmegaConfBaseException, ValueError):
+                    raise BadConfig(
+                        f"{key}={o.get_value_element_as_str()}: expected {describe(KEYS[key])}"
+                    ) from None
+            if o.type.name == "ADD":  # every schema key exists: `+` sets it (Hydra would refuse)
+                text = text[1:]
         out.append(text)
     return out
 

@@ -231,6 +231,8 @@ def test_a_key_outside_the_schema_is_refused_with_or_without_plus(plus, capsys):
     )
     assert main(["+experiment=tiny", f"{plus}lr=1e-3"]) == 2  # a right name in no section
     assert "unknown key lr; did you mean optim.lr?" in one_line_error(capsys)
+    # a schema key takes any of the three forms
+    assert compose_config(["+experiment=tiny", f"{plus}trainer.max_steps=7"]).trainer.max_steps == 7
 
 
 def test_the_free_form_dicts_take_any_key():
