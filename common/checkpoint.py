@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from common.checkpoint_errors import check_safetensors_file, read_json_file
 from common.checkpoint_files import (  # re-exported: the names every reader imports from here
     CONFIG_NAME,
     DSPARK_TOP_LEVEL_KEYS,
@@ -296,9 +297,11 @@ def load_checkpoint(
 ) -> DSparkDraftModel:
     """Load either layout into a DSparkDraftModel. Keys the export left to the target
     (`shared_with_target`: embed_tokens, and lm_head with the full vocabulary) are filled from
-    `target_embed` / `target_lm_head` ([V, H], the target's tables), as vLLM's loader does."""
+    `target_embed` / `target_lm_head` ([V, H], the target's tables), as vLLM's loader does.
+    A missing, non-JSON or truncated file is a `CheckpointFileError` naming it."""
     cfg = read_config(ckpt_dir)
-    spec = is_speculators_config(json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text()))
+    spec = is_speculators_config(read_json_file(Path(ckpt_dir) / CONFIG_NAME))
+    check_safetensors_file(Path(ckpt_dir) / WEIGHTS_NAME)  # one line, not a Rust traceback
     tensors = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
     tensors = {layout_key(k, spec, to_ours=True): v for k, v in tensors.items()}
     given = {"embed_tokens.weight": target_embed, "lm_head.weight": target_lm_head}

@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from common.checkpoint_errors import read_json_file
 from common.config import DSparkConfig
 
 CONFIG_NAME, WEIGHTS_NAME, PROVENANCE_NAME = "config.json", "model.safetensors", "provenance.json"
@@ -70,8 +71,9 @@ def is_speculators_config(raw: dict) -> bool:
 
 
 def read_config(ckpt_dir: str | os.PathLike) -> DSparkConfig:
-    """DSparkConfig from either layout's config.json."""
-    d = json.loads((Path(ckpt_dir) / CONFIG_NAME).read_text())
+    """DSparkConfig from either layout's config.json (CheckpointFileError when it is missing or not
+    JSON)."""
+    d = read_json_file(Path(ckpt_dir) / CONFIG_NAME)
     if is_speculators_config(d):
         d = _flatten_speculators(d)
     return DSparkConfig.from_hf_dict(d)

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from common.checkpoint_errors import CheckpointFileError, check_safetensors_file
 from common.checkpoint_files import (
     CONFIG_NAME,
     FP32_KEYS_PREFIX,
@@ -119,6 +120,10 @@ def check_checkpoint(ckpt_dir: str | os.PathLike, require_vllm_servable: bool = 
     for name in (CONFIG_NAME, WEIGHTS_NAME):
         if not (d / name).is_file():
             return [f"{d / name} is missing"]
+    try:  # a truncated or corrupt file: one line, not safetensors' traceback below
+        check_safetensors_file(d / WEIGHTS_NAME)
+    except CheckpointFileError as e:
+        return [str(e)]
     try:
         raw = json.loads((d / CONFIG_NAME).read_text())
     except json.JSONDecodeError as e:

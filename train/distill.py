@@ -18,10 +18,11 @@ import torch
 from accelerate import Accelerator
 from omegaconf import OmegaConf
 
+from common.checkpoint_errors import CheckpointFileError, check_model_folder
 from common.config import ConfigError
 from common.model import DSparkDraftModel
 from common.target import target_head_weights
-from train.config_io import BadConfig, compose_config
+from train.config_io import BadConfig, compose_config, usage
 from train.data.splits import build_splits
 from train.errors import SetupError
 from train.init.draft_config import draft_config, mask_token_for
@@ -51,7 +52,20 @@ def check_output_dir(cfg) -> Path:
         raise SetupError(
             f"output_dir {out} is not writable ({e}): choose another output_dir"
         ) from e
-    if latest_checkpoint(out) is not None and not cfg.resume and not cfg.overwrite:
+    found = latest_checkpoint(out)
+    if cfg.resume == "auto":
+        cfg.resume = found is not None
+        print(
+            f"[distill] resume=auto: continuing {found}"
+            if found
+            else f"[distill] resume=auto: no checkpoint in {out / 'checkpoints'}, starting afresh"
+        )
+    if cfg.resume and found is None:
+        raise SetupError(
+            f"resume=true but {out / 'checkpoints'} holds no checkpoint to continue: leave resume "
+            "out to start a run there, or pass resume=auto (continues if there is one, else starts)"
+        )
+    if found is not None and not cfg.resume and not cfg.overwrite:
         raise SetupError(
             f"{out} already holds checkpoints of a run: pass resume=true to continue it, or "
             "overwrite=true to start afresh (or choose another output_dir / experiment_name)"
@@ -86,6 +100,8 @@ def run(cfg) -> dict:
     torch.manual_seed(cfg.seed)
     out = check_output_dir(cfg)
     acc = make_accelerator(cfg.trainer)
+    if Path(cfg.target.path).is_dir():  # what is missing or truncated, before transformers fails
+        check_model_folder(cfg.target.path, "target")
     target, tok = load_target(cfg.target, acc.device)
     train_path = cfg.data.train
     if cfg.data.regenerate.enabled:
@@ -247,6 +263,12 @@ def print_summary(summary: dict, final: Path, start: str = "untrained draft") ->
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(usage())
+        return 0
+    if not argv:  # a bare command would start a 100-step run into outputs/default
+        print(usage(), file=sys.stderr)
+        return 2
     try:
         cfg = compose_config(argv)
     except BadConfig as e:
@@ -260,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunStopped as e:
         print(f"[distill] {e}", file=sys.stderr)
         return e.exit_code
-    except (SetupError, ConfigError, FloatingPointError, *_data_errors()) as e:
+    except (SetupError, ConfigError, CheckpointFileError, FloatingPointError, *_data_errors()) as e:
         print(f"[distill] cannot start: {e}", file=sys.stderr)
         return 2
     return 0

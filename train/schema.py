@@ -185,7 +185,11 @@ class DistillCfg:
     experiment_name: str = "default"
     output_dir: str = "outputs/${experiment_name}"
     seed: int = 0
-    resume: bool = False
+    # false: a fresh run (refused where OUTPUT holds checkpoints, unless overwrite=true) | true:
+    # continue OUTPUT's last checkpoint, an error where there is none | auto: continue if there is
+    # one, else start afresh. Typed Any only because OmegaConf has no bool-or-string type;
+    # train/config_io.py admits RESUME_CHOICES alone and turns true/false into booleans.
+    resume: Any = False
     overwrite: bool = False  # allow a fresh run to replace OUTPUT's checkpoints
     # an exported draft (OUTPUT/final of a run) to start from instead of fresh weights; the
     # optimizer, schedule and data start afresh (train/init/warm_start.py)
@@ -214,6 +218,8 @@ class DistillCfg:
     hub: HubCfg = field(default_factory=HubCfg)
     extra: dict[str, Any] = field(default_factory=dict)
 
+
+RESUME_CHOICES = ("false", "true", "auto")
 
 CHOICES = {
     "target.dtype": ("auto", "float32", "bfloat16", "float16"),

@@ -63,7 +63,7 @@ ROWS = [GOOD] * 4 + [
     chat(("bot", "beep"), ("user", "hi"), ("assistant", "hello")),  # unknown_role (row kept)
     chat(("tool", "42"), ("assistant", "the answer")),  # template_rejected
     chat(("user", "q"), ("assistant", LONG)),  # truncated (kept: answer starts within seq_len)
-    chat(("user", LONG), ("assistant", "a")),  # no_supervised_tokens (prompt fills seq_len)
+    chat(("user", LONG), ("assistant", "a")),  # skipped for length (prompt fills seq_len)
 ]
 NO_TOOLS = (
     "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}"
@@ -81,15 +81,10 @@ def test_every_reason_is_counted_and_printed(tok, tmp_path, capsys):
     path = write(tmp_path / "rows.jsonl", ROWS)
     ds = build_split(Cfg(cfg(chat_template=NO_TOOLS)), str(path), tok, seed=0)
     out = capsys.readouterr().out
-    assert f"{len(ROWS)} rows read, {len(ROWS) - 8} used, 8 dropped" in out
-    for reason in (
-        "not_utf8",
-        "not_json",
-        "not_an_object",
-        "no_fields",
-        "template_rejected",
-        "no_supervised_tokens",
-    ):
+    assert f"{len(ROWS)} rows read, {len(ROWS) - 8} used, 7 dropped" in out
+    assert "1 skipped for length" in out
+    assert "skipped 1 rows for length, not bad rows" in out and "data.seq_len=48" in out
+    for reason in ("not_utf8", "not_json", "not_an_object", "no_fields", "template_rejected"):
         assert f"dropped 1 rows: {REASONS[reason]}" in out, reason
     assert f"dropped 2 rows: {REASONS['no_assistant']}" in out
     assert REASONS["malformed"] not in out
@@ -115,13 +110,13 @@ def test_final_turn_only_rows_are_counted(tok, tmp_path, capsys):
     qwen3 = str(__import__("pathlib").Path(__file__).parents[1] / "data/chat_templates/qwen3.jinja")
     two = chat(("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d"))
     path = write(tmp_path / "rows.jsonl", [GOOD, two, two])
-    think = build_split(Cfg(cfg(chat_template=qwen3)), str(path), tok, seed=0)
+    think = build_split(Cfg(cfg(chat_template=qwen3, seq_len=64)), str(path), tok, seed=0)
     assert f"2 rows {REASONS['final_turn_only']}" in capsys.readouterr().out
     # data.chat_template_kwargs reach the template: without thinking, the empty think block is
     # part of the generation prompt, so it is no longer supervised.
     kwargs = {"enable_thinking": False}
     plain = build_split(
-        Cfg(cfg(chat_template=qwen3, chat_template_kwargs=kwargs)), str(path), tok, 0
+        Cfg(cfg(chat_template=qwen3, chat_template_kwargs=kwargs, seq_len=64)), str(path), tok, 0
     )
 
     def supervised(ds):
@@ -172,3 +167,85 @@ def test_a_folder_of_jsonl_files_with_a_bad_line(tok, tmp_path, capsys):
     ds = build_split(Cfg(cfg()), str(tmp_path / "d"), tok, seed=0)
     assert "5 rows read, 4 used, 1 dropped" in capsys.readouterr().out
     assert sum(max(r) + 1 for r in ds["doc_ids"]) == 4
+
+
+# ---- rows skipped for length: good rows, not bad ones -------------------------------------------
+
+
+def long_prompt(i: int) -> dict:
+    """A chat row whose prompt alone is longer than seq_len=48 (so is the start of its answer)."""
+    return chat(("user", " ".join(["the quick brown fox"] * (15 + i))), ("assistant", "a b c"))
+
+
+def keeps_at(tok, row) -> int:
+    """The shortest seq_len holding the row's first answer token, from the rendered text (the
+    answer located in it), not from the code under test: tokens before the answer, plus one."""
+    text = tok.apply_chat_template(row["messages"], tokenize=False)
+    start = text.index(row["messages"][-1]["content"], text.index("<|im_start|>assistant"))
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    before = tok(text[:start], add_special_tokens=False)["input_ids"]
+    assert ids[: len(before)] == before  # the prefix tokenizes on its own as within the whole
+    return len(before) + 1
+
+
+def docs(ds) -> int:
+    return sum(max(r) + 1 for r in ds["doc_ids"])
+
+
+def test_rows_skipped_for_length_are_counted_apart_and_do_not_count_as_bad(tok, tmp_path, capsys):
+    long = [long_prompt(i) for i in range(6)]
+    path = write(tmp_path / "rows.jsonl", [GOOD] * 34 + long)  # 6 of 40: 15% > 5%
+    ds = build_split(Cfg(cfg(max_bad_row_share=0.05)), str(path), tok, seed=0)
+    out = capsys.readouterr().out
+    need = max(keeps_at(tok, r) for r in long)
+    assert "40 rows read, 34 used, 0 dropped (0.0%), 6 skipped for length" in out
+    assert (
+        "skipped 6 rows for length, not bad rows: their first answer starts past "
+        f"data.seq_len=48 (data.seq_len={need} keeps them all)"
+    ) in out
+    assert docs(ds) == 34
+    # The seq_len it names keeps every row, and one less still skips the longest.
+    assert docs(build_split(Cfg(cfg(seq_len=need)), str(path), tok, seed=0)) == 40
+    assert "for length" not in capsys.readouterr().out
+    build_split(Cfg(cfg(seq_len=need - 1)), str(path), tok, seed=0)
+    assert "skipped 1 rows for length" in capsys.readouterr().out
+
+
+def test_a_seq_len_that_skips_most_rows_stops_with_the_one_that_keeps_95_percent(tok, tmp_path):
+    long = [long_prompt(i) for i in range(6)]
+    rows = [GOOD] * 4 + long  # 6 of 10 skipped: seq_len is wrong for this data
+    path = write(tmp_path / "rows.jsonl", rows)
+    needs = sorted(keeps_at(tok, r) for r in rows)
+    keep95 = needs[-(-95 * len(rows) // 100) - 1]  # the ceil(95% of 10) = 10th shortest
+    with pytest.raises(SetupError) as e:
+        build_split(Cfg(cfg()), str(path), tok, seed=0)
+    assert str(e.value).endswith(
+        "data.seq_len=48 is too short for this data: 6 of 10 usable rows (60%) have their first "
+        f"answer past it, so only 4 rows are left. data.seq_len={keep95} keeps 95% of them"
+    )
+    only_long = write(tmp_path / "long.jsonl", long)
+    with pytest.raises(SetupError, match=r"6 of 6 usable rows \(100%\).*so no row is left"):
+        build_split(Cfg(cfg()), str(only_long), tok, seed=0)
+
+
+def test_distill_trains_when_some_first_answers_start_past_seq_len(target, tmp_path, capsys):
+    """The shape of a raw ShareGPT file: a few rows open with a prompt longer than seq_len."""
+    good = [json.loads(x) for x in (target / "data" / "train.jsonl").read_text().splitlines()][:34]
+    long = [chat(("user", " ".join(["hello"] * 80)), ("assistant", "hi")) for _ in range(6)]
+    data = write(tmp_path / "train.jsonl", good + long)
+    out = tmp_path / "run"
+    assert main(fast(target, out, f"data.train={data}", "trainer.max_steps=1")) == 0
+    assert "skipped 6 rows for length, not bad rows" in capsys.readouterr().out
+    assert (out / "final" / "config.json").exists()
+
+
+def test_a_file_of_invalid_json_lines_ends_in_the_skip_summary(tok, tmp_path, capsys):
+    path = write(tmp_path / "rows.jsonl", [b"not json", b"{broken", b"[1, 2]"])
+    with pytest.raises(SetupError) as e:
+        build_split(Cfg(cfg()), str(path), tok, seed=0)
+    assert str(e.value) == (
+        f"{path}: no usable rows out of 3: dropped 2 rows: not valid JSON (first: line 1: "
+        "Expecting value: line 1 column 1 (char 0)); dropped 1 rows: not a JSON object / dict "
+        "(first: line 3: a JSON list, not an object)"
+    )
+    assert "pyarrow" not in capsys.readouterr().err

@@ -80,6 +80,7 @@ DEEPSEEK = (
 FAMILIES = {
     "qwen3": ("qwen3.jinja", QWEN, {}),
     "qwen3_no_thinking": ("qwen3.jinja", QWEN, {"enable_thinking": False}),
+    "qwen2_5": ("qwen2_5_instruct.jinja", QWEN, {}),
     "llama3_1": (
         "llama3_1_instruct.jinja",
         (
@@ -155,6 +156,9 @@ EXPECTED = {
     ("qwen3_no_thinking", 3, True): (["Madrid.<|im_end|>"], True),
     ("llama3_1", 2, True): (["Paris.<|eot_id|>", "Rome.<|eot_id|>"], False),
     ("llama3_1", 3, True): (["Paris.<|eot_id|>", "Rome.<|eot_id|>", "Madrid.<|eot_id|>"], False),
+    # Qwen2.5 writes its default system prompt when there is none: prompt, never supervised.
+    ("qwen2_5", 2, True): (["Paris.<|im_end|>", "Rome.<|im_end|>"], False),
+    ("qwen2_5", 3, False): (["Paris.<|im_end|>", "Rome.<|im_end|>", "Madrid.<|im_end|>"], False),
     ("smollm2", 2, True): (["Paris.<|im_end|>", "Rome.<|im_end|>"], False),
     ("smollm2", 3, False): (["Paris.<|im_end|>", "Rome.<|im_end|>", "Madrid.<|im_end|>"], False),
     ("gemma3", 2, True): (["Paris.<end_of_turn>", "Rome.<end_of_turn>"], False),
@@ -421,3 +425,63 @@ def test_incremental_rendering_equals_the_generation_marker_reference_on_varied_
         ref = Renderer(tok, chat_template=marked)(row, i)
         assert any(ref[1]), "the reference must supervise something"
         assert Renderer(tok, chat_template=plain)(row, i) == ref, msgs
+
+
+def sharegpt(question: str, answer: str, system: bool) -> dict:
+    turns = [{"from": "system", "value": SYS["content"]}] if system else []
+    return {
+        "conversations": turns
+        + [{"from": "human", "value": question}, {"from": "gpt", "value": answer}]
+    }
+
+
+@pytest.mark.parametrize("name", ["smollm2", "gemma3", "qwen2_5"])
+def test_raw_sharegpt_with_long_first_prompts_trains_on_the_rest(name, tmp_path, capsys):
+    """Raw ShareGPT rows (`conversations` of from/value) with each family's real template, two of
+    whose first answers start past seq_len: those two are skipped for length, not bad rows, so the
+    default data.max_bad_row_share=0.05 does not stop the run, and the rest is supervised on its
+    answers. The answers' positions come from the rendered text, not from the code under test."""
+    import json
+
+    from tests.integration.test_bad_rows import Cfg, cfg
+    from train.data.splits import build_split
+
+    tok, _ = family(name)
+    rows = [sharegpt(q, a, system=i % 2 == 0) for i, (q, a) in enumerate(QA * 3)][:8]
+    rows += [sharegpt(CORPUS[0] * 6, "Paris.", system=s) for s in (True, False)]
+    path = tmp_path / "sharegpt.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def first_answer_token(row) -> int:
+        msgs = [
+            {
+                "role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]),
+                "content": t["value"],
+            }
+            for t in row["conversations"]
+        ]
+        text = tok.apply_chat_template(msgs, tokenize=False)
+        prompt = msgs[-2]["content"]
+        start = text.index(msgs[-1]["content"], text.index(prompt) + len(prompt))
+        before = tok(text[:start], add_special_tokens=False)["input_ids"]
+        assert tok(text, add_special_tokens=False)["input_ids"][: len(before)] == before
+        return len(before)
+
+    seq_len = 128
+    firsts = [first_answer_token(r) for r in rows]
+    assert all(f < seq_len for f in firsts[:8]) and all(f >= seq_len for f in firsts[8:]), firsts
+    ds = build_split(Cfg(cfg(seq_len=seq_len, max_bad_row_share=0.05)), str(path), tok, seed=0)
+    out = capsys.readouterr().out
+    assert "10 rows read, 8 used, 0 dropped (0.0%), 2 skipped for length" in out
+    assert f"data.seq_len={max(firsts[8:]) + 1} keeps them all" in out
+    supervised = [
+        tok.decode(
+            [t for t, m in zip(r["input_ids"], r["loss_mask"]) if m], skip_special_tokens=True
+        )
+        for r in ds
+    ]
+    for q, a in QA:
+        assert sum(s.count(a) for s in supervised) == sum(
+            r["conversations"][-1]["value"] == a for r in rows[:8]
+        )
+        assert all(q not in s for s in supervised)

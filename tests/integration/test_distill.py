@@ -240,6 +240,117 @@ def test_unknown_experiment_exits_2(capsys):
     assert "does_not_exist" in capsys.readouterr().err
 
 
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("plus", ["", "+", "++"])
+def test_a_key_outside_the_schema_is_refused_with_or_without_plus(plus, capsys):
+    assert main(["+experiment=tiny", f"{plus}trainer.max_stepz=3"]) == 2
+    assert one_line_error(capsys) == (
+        "[distill] bad config: unknown key trainer.max_stepz; did you mean trainer.max_steps? "
+        "(every key: python -m train.distill --help, docs/train.md)"
+    )
+    assert main(["+experiment=tiny", f"{plus}lr=1e-3"]) == 2  # a right name in no section
+    assert "unknown key lr; did you mean optim.lr?" in one_line_error(capsys)
+    # a schema key takes any of the three forms
+    assert compose_config(["+experiment=tiny", f"{plus}trainer.max_steps=7"]).trainer.max_steps == 7
+
+
+def test_the_free_form_dicts_take_any_key():
+    cfg = compose_config(["+experiment=tiny", "+data.chat_template_kwargs.enable_thinking=false"])
+    assert cfg.data.chat_template_kwargs == {"enable_thinking": False}
+    assert compose_config(["+experiment=tiny", "+extra.note=x"]).extra == {"note": "x"}
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("trainer.max_steps=abc", "trainer.max_steps=abc: expected an integer"),
+        ("data.seq_len=1.5", "data.seq_len=1.5: expected an integer"),
+        ("trainer.progress=maybe", "trainer.progress=maybe: expected true or false"),
+        ("optim.lr=fast", "optim.lr=fast: expected a number"),
+        (
+            "draft.target_layer_ids=[1,x]",
+            "draft.target_layer_ids=[1,x]: expected a list of integers, e.g. [1, 2] or null",
+        ),
+        ("resume=maybe", "resume='maybe': choose one of false, true, auto"),
+    ],
+)
+def test_a_wrong_type_names_the_expected_type(override, expected, capsys):
+    assert main(["+experiment=tiny", override]) == 2
+    assert one_line_error(capsys) == f"[distill] bad config: {expected}"
+
+
+def test_an_unknown_experiment_lists_every_choice(capsys):
+    assert main(["+experiment=tinyy"]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith("[distill] bad config: unknown experiment 'tinyy'; did you mean tiny?")
+    assert err.endswith(f"Choose one of: {', '.join(EXPERIMENTS)} (configs/experiment/)")
+    assert main(["target=hff"]) == 2
+    assert "unknown target 'hff'; did you mean hf? Choose one of: hf," in one_line_error(capsys)
+    # experiment=NAME without `+` is taken as +experiment=NAME
+    assert compose_config(["experiment=tiny"]).experiment_name == "tiny"
+
+
+def test_help_prints_usage_and_no_argument_exits_2():
+    """The real command line: --help exits 0 with the usage, a bare command prints it and exits 2
+    (it used to start a 100-step run into outputs/default)."""
+    run = [sys.executable, "-m", "train.distill"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    helped = subprocess.run([*run, "--help"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert helped.returncode == 0, helped.stderr
+    usage = helped.stdout
+    assert usage.startswith("usage: python -m train.distill +experiment=NAME")
+    for group in ("+experiment=", "target=", "trainer=", "data="):
+        assert f"\n  {group}" in usage, group
+    assert all(name in usage for name in EXPERIMENTS)
+    assert "data.train=FILE" in usage and "resume=auto" in usage and "docs/train.md" in usage
+    bare = subprocess.run(run, cwd=REPO, capture_output=True, text=True, env=env)
+    assert bare.returncode == 2 and bare.stderr.strip() == usage.strip() and bare.stdout == ""
+
+
+def test_resume_true_with_nothing_to_resume_names_the_folder(target, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(fast(target, out, "resume=true")) == 2
+    assert one_line_error(capsys) == (
+        f"[distill] cannot start: resume=true but {out / 'checkpoints'} holds no checkpoint to "
+        "continue: leave resume out to start a run there, or pass resume=auto (continues if there "
+        "is one, else starts)"
+    )
+
+
+def test_resume_auto_starts_when_there_is_nothing_and_continues_when_there_is(
+    target, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    assert main(fast(target, out, "resume=auto", "trainer.max_steps=2")) == 0
+    assert f"resume=auto: no checkpoint in {out / 'checkpoints'}, starting afresh" in (
+        capsys.readouterr().out
+    )
+    assert main(fast(target, out, "resume=auto", "trainer.max_steps=2")) == 0
+    assert "resume=auto: continuing" in capsys.readouterr().out
+
+
+def test_an_empty_or_partial_target_folder_is_one_line(target, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(fast(empty, tmp_path / "o")) == 2
+    err = one_line_error(capsys)
+    assert err.startswith(f"[distill] cannot start: target folder {empty} is empty: missing ")
+    assert "sentencepiece" not in err
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "config.json").write_text((target / "config.json").read_text())
+    assert main(fast(partial, tmp_path / "o2")) == 2
+    assert (
+        "is incomplete: missing weights (model.safetensors or pytorch_model.bin), a tokenizer"
+        in (one_line_error(capsys))
+    )
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -227,3 +227,43 @@ def test_retries_are_bounded_and_auth_errors_are_not_retried(online, ckpt, hub):
     with pytest.raises(PushFailed, match="authentication failed"):
         push_checkpoint(ckpt, REPO, token="hf_wrong", endpoint=hub.url, sleep=sleeps.append)
     assert len(sleeps) == 4
+
+
+def test_dry_run_lists_the_files_and_the_repo_and_sends_nothing(offline, ckpt, hub, capsys):
+    """Offline too: a dry run sends no request, so it needs none."""
+    (ckpt / ".README.md.tmp-1").write_text("half-written")  # hidden: not listed, as not pushed
+    assert main(_argv(ckpt, hub, "--dry-run", "--private")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    total = sum((ckpt / name).stat().st_size for name in FILES)
+    assert lines[0] == (
+        f"dry run: would push 4 files ({total / 1024:.1f} KB) from {ckpt} to "
+        f"{hub.url}/org/tiny-dspark (created if new, private); nothing was sent"
+    )
+    listed = [line.split()[0] for line in lines[1:5]]
+    assert listed == FILES
+    for line in lines[1:5]:
+        name, size, unit = line.split()
+        n = (ckpt / name).stat().st_size
+        assert f"{size} {unit}" == (f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB")
+    assert lines[5] == "a real push sends only the files the repo lacks or holds with other bytes"
+    assert lines[6].startswith("note: HF_HUB_OFFLINE=1 is set")
+    assert hub.requests == []
+
+
+def test_dry_run_refuses_what_a_push_would_refuse(online, ckpt, hub, capsys):
+    (ckpt / "README.md").unlink()
+    assert main(_argv(ckpt, hub, "--dry-run")) == 2
+    assert "model card) is missing" in capsys.readouterr().err
+    assert hub.requests == []
+
+
+def test_a_truncated_weights_file_is_one_refusal_line(online, ckpt, hub, capsys):
+    weights = ckpt / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-7])
+    assert main(_argv(ckpt, hub)) == 2
+    err = capsys.readouterr().err
+    assert f"  - contract: {weights} is truncated: expected {len(data)} bytes (from its " in err
+    assert f"found {len(data) - 7}; copy or download it again" in err
+    assert "Traceback" not in err and "SafetensorError" not in err
+    assert hub.requests == []

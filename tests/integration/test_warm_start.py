@@ -3,6 +3,7 @@ weights, its draft -> target map), and a folder that is not this config's draft 
 anything is written."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,20 @@ def test_a_short_warm_up_after_init_from_draws_a_note():
     note = warmup_note(optim, 400)
     assert note and "16-step warm-up" in note and "optim.warmup_ratio=0.04 of 400 steps" in note
     assert warmup_note(OptimCfg(warmup_ratio=0.5), 40) is None
+
+
+def test_a_truncated_export_is_one_line_naming_its_sizes(target, first, tmp_path, capsys):
+    draft = tmp_path / "draft"
+    shutil.copytree(first / "final", draft)
+    weights = draft / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-64])
+    out = tmp_path / "second"
+    assert main(fast(target, out, VOCAB, f"init_from={draft}")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "SafetensorError" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"[distill] cannot start: {weights} is truncated: expected {len(data)} bytes (from its "
+        f"safetensors header), found {len(data) - 64}; copy or download it again"
+    )
+    assert not (out / "final").exists()

@@ -11,7 +11,12 @@ Design choices:
 - A (truncated or split) sample with no supervised token after its first is dropped: it would cost
   a target forward pass and contribute no loss.
 - With a `report`, samples longer than `seq_len` are counted (`truncated` / `split`), and long
-  samples dropped by the rule above as `no_supervised_tokens`, before packing.
+  samples dropped by the rule above as skipped for length (`DataReport.skip_for_length`, with the
+  shortest seq_len that keeps each: its first supervised token after the first), before packing.
+  They are good rows, not bad ones: a longer `seq_len` keeps them.
+  Not done: keeping such a row by cutting its context from the left or starting at a later turn.
+  The target would then see a conversation without its beginning (system prompt, first turns,
+  BOS), which no served request looks like; a longer `seq_len` is the right fix.
 
 Output row contract (all `[seq_len]`):
 - `input_ids` int32, padding = `pad_token_id`.
@@ -114,8 +119,15 @@ def count_long_samples(samples: datasets.Dataset, seq_len: int, long_sample: str
             pieces = _pieces(mask, mask, seq_len, long_sample)
             if any(any(p[1][1:]) for p in pieces):
                 report.note(long_sample if long_sample == "split" else "truncated")
+            elif (first := first_target(mask)) is not None:
+                report.skip_for_length(seq_len, keeps_at=first + 1)
             else:
                 report.drop("no_supervised_tokens", f"a sample of {len(mask)} tokens")
+
+
+def first_target(mask) -> int | None:
+    """Index of the first supervised token after a sample's first (which is never a target)."""
+    return next((i for i in range(1, len(mask)) if mask[i]), None)
 
 
 def pack_samples(

@@ -27,7 +27,7 @@ REASONS = {
     "no_assistant": "no assistant turn after a prompt (nothing to supervise)",
     "empty_text": "empty `text`",
     "template_rejected": "the chat template cannot render it (e.g. roles it does not accept)",
-    "no_supervised_tokens": "no supervised token within data.seq_len (a longer seq_len keeps it)",
+    "no_supervised_tokens": "no supervised token after its first",
     # the turn is dropped, the row kept
     "empty_turn": "turn with empty content",
     "unknown_role": "turn with an unknown role",

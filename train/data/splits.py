@@ -3,6 +3,8 @@ Every check that can fail does so here, before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 from train.data import build_dataset, load_rows
@@ -101,11 +103,14 @@ def _load_split(dcfg, path: str, max_rows, report: DataReport):
     jsonl_dir = src.is_dir() and any(src.rglob("*.jsonl")) and not (src / "state.json").exists()
     jsonl = (src.is_file() and src.suffix == ".jsonl") or jsonl_dir
     try:
-        return load_rows(path, split=dcfg.split, max_rows=max_rows)
-    except (FileNotFoundError, StopIteration) as e:
+        with _json_loader_quiet(jsonl):  # its error for a bad line is ours to summarise
+            return load_rows(path, split=dcfg.split, max_rows=max_rows)
+    except FileNotFoundError as e:
         raise SetupError(f"cannot read dataset {path!r}: {type(e).__name__} {e}") from e
-    except Exception as e:  # datasets raises several kinds for one bad line
+    except Exception as e:  # datasets raises several kinds for one bad line (StopIteration: all)
         if not jsonl:
+            if isinstance(e, StopIteration):
+                raise SetupError(f"cannot read dataset {path!r}: it yields no rows") from e
             raise
         failure = e
     # One line that is not UTF-8 or not JSON fails datasets' whole file: drop and count such lines.
@@ -114,6 +119,9 @@ def _load_split(dcfg, path: str, max_rows, report: DataReport):
         clean = drop_bad_lines_in_dir(path, report, strict=strict)
     else:
         clean = drop_bad_lines(path, report, strict=strict, max_rows=max_rows)
+    if clean is not None and not _has_lines(clean):
+        detail = "; ".join(line.strip() for line in report.lines()[1:])
+        raise SetupError(f"{path}: no usable rows out of {report.rows}: {detail}")
     try:
         if clean is None:
             raise failure
@@ -122,3 +130,23 @@ def _load_split(dcfg, path: str, max_rows, report: DataReport):
     except Exception as e:  # not a bad line: e.g. a field whose type differs between rows
         cause = e.__cause__ or e
         raise SetupError(f"cannot read dataset {path!r}: {type(cause).__name__}: {cause}") from e
+
+
+def _has_lines(clean: Path) -> bool:
+    """Whether the cleaned file (or any file the cleaned folder links to) kept a line."""
+    files = sorted(clean.iterdir()) if clean.is_dir() else [clean]
+    return any(f.resolve().stat().st_size > 0 for f in files)
+
+
+@contextlib.contextmanager
+def _json_loader_quiet(quiet: bool):
+    """Silence datasets' json loader's own error log (a pyarrow message per failed file) while a
+    .jsonl is first tried: a bad line is then dropped and counted in the data report instead."""
+    log = logging.getLogger("datasets.packaged_modules.json.json")
+    level = log.level
+    if quiet:
+        log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)

@@ -2,7 +2,7 @@
 
     python -m train.publish.push CKPT_DIR --repo-id ORG/NAME [--private] [--token T] [--endpoint
     URL]
-        [--commit-message M] [--allow-no-card] [--attempts N]
+        [--commit-message M] [--allow-no-card] [--attempts N] [--dry-run]
 
 Design choices:
 - Everything that can be checked locally is checked before the first request, and every problem is
@@ -21,6 +21,11 @@ Design choices:
   retried `attempts` times in all with exponential backoff (`backoff_s`, doubling, capped at
   `max_backoff_s`; `sleep` is injectable for tests). Each retry re-lists first, so files that
   landed before an interruption are not sent again.
+- `--dry-run` runs the same local checks and lists the files a push would upload, their sizes and
+  the repo URL, without a single request (so it works offline): a real push then sends only those
+  the repo lacks or holds with other bytes.
+- A file that cannot be read (a truncated model.safetensors, a config.json that is not JSON) is a
+  refusal line like any other (`common.checkpoint_errors.CheckpointFileError`), not a traceback.
 - Remote failures that retrying cannot fix (auth, permissions, other Hub errors) become `PushFailed`
   at once with one line saying what to change (exit 1). The token is never printed.
 """
@@ -39,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.checkpoint import PROVENANCE_NAME
+from common.checkpoint_errors import CheckpointFileError
 from common.contract import check_checkpoint
 from train.publish.model_card import CARD_NAME
 
@@ -87,8 +93,11 @@ def offline_problem() -> str | None:
     return None
 
 
-def preflight(ckpt_dir: str | os.PathLike, repo_id: str, allow_no_card: bool = False) -> list[str]:
-    """Every local reason not to push, one line each (empty = go)."""
+def preflight(
+    ckpt_dir: str | os.PathLike, repo_id: str, allow_no_card: bool = False, offline_ok=False
+) -> list[str]:
+    """Every local reason not to push, one line each (empty = go); `offline_ok`: leave out offline
+    mode (a dry run sends nothing)."""
     ckpt = Path(ckpt_dir)
     problems = []
     if not _REPO_ID.match(repo_id or ""):
@@ -99,16 +108,62 @@ def preflight(ckpt_dir: str | os.PathLike, repo_id: str, allow_no_card: bool = F
     if not ckpt.is_dir():
         problems.append(f"{ckpt} is not a directory")
     else:
-        problems += [f"contract: {p}" for p in check_checkpoint(ckpt)]
+        problems += _contract_problems(ckpt)
         if not allow_no_card and not (ckpt / CARD_NAME).is_file():
             problems.append(
                 f"{ckpt / CARD_NAME} (model card) is missing: write it with "
                 "train.publish.model_card.write_model_card, or pass --allow-no-card"
             )
-    offline = offline_problem()
+    offline = None if offline_ok else offline_problem()
     if offline:
         problems.append(offline)
     return problems
+
+
+def _contract_problems(ckpt: Path) -> list[str]:
+    try:
+        return [f"contract: {p}" for p in check_checkpoint(ckpt)]
+    except CheckpointFileError as e:  # config.json unreadable where the contract reads it
+        return [str(e)]
+
+
+def dry_run(
+    ckpt_dir: str | os.PathLike,
+    repo_id: str,
+    private: bool = False,
+    endpoint: str | None = None,
+    allow_no_card: bool = False,
+) -> list[str]:
+    """What `push_checkpoint` would upload and where, as lines to print; sends nothing. Raises
+    `PushRefused` for the problems a real push would refuse on (offline mode aside)."""
+    problems = preflight(ckpt_dir, repo_id, allow_no_card, offline_ok=True)
+    if problems:
+        raise PushRefused(ckpt_dir, problems)
+    from huggingface_hub import constants
+
+    ckpt = Path(ckpt_dir)
+    files = list(local_file_hashes(ckpt, hashes=False))
+    sizes = {rel: (ckpt / rel).stat().st_size for rel in files}
+    url = f"{(endpoint or constants.ENDPOINT).rstrip('/')}/{repo_id}"
+    visibility = "private" if private else "the namespace's default visibility"
+    lines = [
+        f"dry run: would push {len(files)} files ({_size(sum(sizes.values()))}) from {ckpt} to "
+        f"{url} (created if new, {visibility}); nothing was sent",
+        *(f"  {rel}  {_size(sizes[rel])}" for rel in files),
+        "a real push sends only the files the repo lacks or holds with other bytes",
+    ]
+    offline = offline_problem()
+    if offline:
+        lines.append(f"note: {offline}")
+    return lines
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
 
 
 def push_checkpoint(
@@ -184,12 +239,16 @@ def _ignored(rel: str) -> bool:
     return any(fnmatch.fnmatch(rel, pat) for pat in IGNORE_PATTERNS)
 
 
-def local_file_hashes(ckpt: Path) -> dict[str, tuple[str, str]]:
-    """path in repo -> (git blob sha1, sha256) of every file that is pushed."""
+def local_file_hashes(ckpt: Path, hashes: bool = True) -> dict[str, tuple[str, str] | None]:
+    """path in repo -> (git blob sha1, sha256) of every file that is pushed (None without
+    `hashes`)."""
     out = {}
     for f in sorted(ckpt.rglob("*")):
         rel = f.relative_to(ckpt).as_posix()
         if f.is_file() and not _ignored(rel):
+            if not hashes:
+                out[rel] = None
+                continue
             data = f.read_bytes()
             blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
             out[rel] = (blob, hashlib.sha256(data).hexdigest())
@@ -295,11 +354,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--attempts", type=int, default=5, help="tries in all for transient failures (backoff)"
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check, then list what would be uploaded and where; send nothing",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.dry_run:
+        try:
+            lines = dry_run(
+                args.ckpt_dir, args.repo_id, args.private, args.endpoint, args.allow_no_card
+            )
+        except PushRefused as e:
+            print(e, file=sys.stderr)
+            return 2
+        print("\n".join(lines))
+        return 0
     try:
         url = push_checkpoint(
             args.ckpt_dir,
