@@ -89,7 +89,7 @@ def _bad_json(src, dst):
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("truncated weights", "cannot be read (truncated or corrupt?)"),
+        ("truncated weights", "is truncated: expected"),
         ("corrupt config", "config.json is not valid JSON"),
         ("missing target", "no such folder"),
         ("hub id that is no folder", "is not a folder"),
