@@ -165,12 +165,14 @@ class AnalyticProbe:
 
 
 # ------------------------------------------------------------------ running
-def run_prompts(engine: Engine, prompts, temperature: float, max_tokens: int, seed: int, desc=""):
-    """Every prompt to completion (request i seeded seed + i), with a progress bar over prompts;
-    -> [(output ids, [drafts accepted per round])] in prompt order."""
+def run_prompts(
+    engine: Engine, prompts, temperature: float, max_tokens: int, seed: int, desc="", **extra
+):
+    """Every prompt to completion (request i seeded seed + i; `extra`: more SamplingParams), with
+    a progress bar over prompts; -> [(output ids, [drafts accepted per round])] in prompt order."""
     ids = []
     for i, p in enumerate(prompts):
-        sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i)
+        sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i, **extra)
         ids.append(engine.add_request(p, sp))
     out = {i: ([], []) for i in ids}
     left = set(ids)
