@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from common.acceptance import two_proportion_test
 from common.atomic_file import write_whole
@@ -117,7 +118,9 @@ def teacher_forced_counts(ref: TeacherForced, prompts, results, t: float, nd: in
     """Per slot, over the engine's rounds whose slot lies within the text: rounds that reached it,
     the engine's acceptances there, and the reference's expected acceptances."""
     reached, accepted, expected = [0] * nd, [0] * nd, [0.0] * nd
-    for prompt, (out, rounds) in zip(prompts, results, strict=True):
+    pairs = zip(prompts, results, strict=True)
+    bar = tqdm(pairs, total=len(prompts), desc=f"reference T={t:g}", unit="prompt", leave=False)
+    for prompt, (out, rounds) in bar:
         ids = list(prompt) + list(out)
         anchors = round_anchors(len(prompt), rounds)
         alpha = ref.slot_acceptance(ids, anchors, t)
