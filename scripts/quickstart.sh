@@ -14,12 +14,12 @@
 #
 # Usage: bash scripts/quickstart.sh [extra train.distill overrides]
 #   TORCH_INDEX=URL   pip index for torch (where the default index would bring a CUDA build)
-#   TINY_MINUTES=N    cap on the tiny target's training (default 30)
+#   TINY_MINUTES=N    cap on the tiny target's training (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export WANDB_MODE="${WANDB_MODE:-disabled}"
-TINY_MINUTES="${TINY_MINUTES:-30}"
+TINY_MINUTES="${TINY_MINUTES:-60}"
 
 if [[ ! -x .venv/bin/python ]]; then
     echo "[quickstart] making .venv"
