@@ -18,37 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def paired_interval(
-    pairs: Sequence,
-    stat: Callable[[Sequence], float],
-    level: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> dict | None:
-    """{"value", "low", "high", "pairs"}: `stat(pairs)` and the percentile interval of `stat`
-    over `resamples` draws of len(pairs) pairs with replacement; None for no pairs."""
-    if not pairs:
-        return None
-    rng = random.Random(seed)
-    draws = sorted(stat(rng.choices(pairs, k=len(pairs))) for _ in range(resamples))
-    tail = (1 - level) / 2
-    return {
-        "value": stat(pairs),
-        "low": draws[int(tail * (resamples - 1))],
-        "high": draws[int((1 - tail) * (resamples - 1) + 0.5)],
-        "pairs": len(pairs),
-    }
-
-
-def tau_of_prompts(per_prompt) -> float:
-    """Mean acceptance length of prompts' [rounds, accepted]: 1 + accepted / rounds, pooled."""
-    rounds = sum(r for r, _ in per_prompt)
-    return 1.0 + sum(a for _, a in per_prompt) / rounds if rounds else 0.0
+from common.acceptance import bootstrap_interval as paired_interval  # noqa: E402
+from common.acceptance import tau_of_prompts  # noqa: E402
 
 
 def tau_ratio_interval(rows: list[dict], base_rows: list[dict]) -> dict | None:

@@ -1,6 +1,6 @@
-"""scripts/eval_acceptance.py's printed line: positions no round reached are not shown as 0."""
+"""serve.evaluate's printed line: positions no round reached are not shown as 0."""
 
-from scripts.eval_acceptance import shown_conditional
+from serve.evaluate import shown_conditional
 
 
 def test_unreached_positions_show_a_dash_not_a_rejection():

@@ -1,13 +1,16 @@
 """The tiny-target builder: a 5-step build on a 40-file corpus, loaded back offline.
 
 Pins: special-token ids, the assistant-mask contract of the chat template (1 on assistant content
-and its closing <|im_end|>, 0 elsewhere), the data files, the loss going down, and reuse by recipe.
+and its closing <|im_end|>, 0 elsewhere), the data files, the loss going down, reuse by recipe,
+and the quality budget (a time-budget build stops at its held-out loss target; one above its
+bound is refused, nothing published).
 The mask reference is independent of transformers' offset logic: the rendered chat is tokenized
 segment by segment, each segment labelled by hand.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -15,6 +18,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scripts.make_tiny_target import build_tiny_target, main
+from train.tiny_target import presets
+from train.tiny_target.build import DegenerateTarget
 from train.tiny_target.tokenizer import SPECIAL_TOKENS
 
 ARGS = {"steps": 5, "max_files": 40, "seed": 0}
@@ -130,3 +135,34 @@ def test_rerun_reuses(built, capsys):
     assert (built.path / "model.safetensors").stat().st_mtime_ns == before
     assert main([*argv[:2], "--steps", "0"]) == 2  # bad budget: exit code 2, folder untouched
     assert (built.path / "model.safetensors").stat().st_mtime_ns == before
+
+
+def _quality_preset(monkeypatch, target: float, bound: float) -> None:
+    """The tiny preset with a held-out loss target and bound the test chooses, checked every 2
+    steps on 8 chats."""
+    tiny = presets.PRESETS["tiny"]
+    monkeypatch.setitem(
+        presets.PRESETS,
+        "tiny",
+        dataclasses.replace(
+            tiny, heldout_loss_target=target, heldout_loss_bound=bound, check_every=2, check_rows=8
+        ),
+    )
+
+
+def test_a_time_budget_build_stops_at_the_quality_target(tmp_path, monkeypatch):
+    _quality_preset(monkeypatch, target=100.0, bound=100.0)  # met at the first check
+    b = build_tiny_target(tmp_path / "tt", minutes=5, max_files=40, seed=0, threads=1)
+    s = b.summary
+    assert s["stopped_by"] == "quality" and s["steps"] == 2
+    assert s["quality_checks"][0][0] == 2 and s["quality_checks"][0][1] < s["uniform_loss"]
+    assert s["heldout_loss_bound"] == 100.0
+
+
+def test_a_degenerate_target_is_refused_not_published(tmp_path, monkeypatch):
+    _quality_preset(monkeypatch, target=0.0, bound=1.0)  # unreachable: the cap ends training
+    out = tmp_path / "tt"
+    with pytest.raises(DegenerateTarget, match="above the bound 1.0"):
+        build_tiny_target(out, minutes=0.02, max_files=40, seed=0, threads=1)
+    assert not out.exists()
+    assert main(["--out", str(out), "--minutes", "0.02", "--max-files", "40"]) == 2

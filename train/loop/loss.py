@@ -20,12 +20,12 @@ gradient: train/loop/vocab_loss.py.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from common.acceptance import chain_tau
 from common.model import DSparkDraftModel, block_label_positions
 from train.loop.vocab_loss import (
     VOCAB_GRAD_MODES,
@@ -206,9 +206,3 @@ def block_acceptance(model, fo, tg: BlockTargets, teacher_final, teacher_lm_head
     out = torch.zeros(rows.plan.size, dtype=l1.dtype, device=l1.device)
     out[rows.idx] = (1 - l1 / 2).clamp(0, 1)
     return out.view(tg.labels.shape)
-
-
-def chain_tau(per_pos: list[float]) -> float:
-    """Expected acceptance length of a block whose position k is accepted with probability
-    per_pos[k] once the positions before it are: 1 + sum_k prod_{i<=k} per_pos[i]."""
-    return 1.0 + sum(math.prod(per_pos[: k + 1]) for k in range(len(per_pos)))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from train.publish.package_files import sha256_file
 
-RECIPE_VERSION = 1  # bump when the builder changes what a recipe produces
+RECIPE_VERSION = 2  # bump when the builder changes what a recipe produces
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "data/train.jsonl")
 
 

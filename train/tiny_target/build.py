@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, Qwen3ForCausalLM
 
+from train.errors import SetupError
 from train.tiny_target import artifact
 from train.tiny_target.chat_data import build_rows, write_jsonl
 from train.tiny_target.corpus import Corpus, build_corpus
@@ -31,6 +32,27 @@ from train.tiny_target.train import BlockStream, pack, train
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "artifacts" / "tiny-target"
+
+
+class DegenerateTarget(SetupError, ValueError):
+    """The built (or reused) target's held-out loss is above its preset's bound: nothing trained
+    against it would mean anything."""
+
+
+def check_quality(summary: dict, where) -> None:
+    """Raise DegenerateTarget when `summary`'s held-out loss is above the bound it was built to
+    (time-budget builds of a preset with one; a step budget is taken as given)."""
+    bound = summary.get("heldout_loss_bound")
+    if bound is None:
+        return
+    loss = summary.get("heldout_loss")
+    if loss is None or loss > bound:
+        raise DegenerateTarget(
+            f"tiny target {where}: held-out loss {loss} is above the bound {bound} after "
+            f"{summary.get('steps')} steps ({summary.get('seconds')} s, stopped by "
+            f"{summary.get('stopped_by')}): a degenerate target. Give it more time (target."
+            "tiny_minutes=N, or --minutes N) and rebuild; a busy machine needs longer."
+        )
 
 
 @dataclass(frozen=True)
@@ -82,10 +104,12 @@ def build_tiny_target(
     """Build (or reuse) the tiny target LM folder at `out`; loadable offline with Auto* classes.
 
     Budget: `steps` optimizer steps (deterministic on one CPU), else `minutes` of training wall
-    clock (default: the preset's). `max_files` caps code files and prose docs (None: preset
-    default, 0: no cap). CPU builds use `threads` torch threads (default os.cpu_count()),
-    restored afterwards. An existing `out` whose recipe.json hash matches is reused unless
-    `force`. Raises ValueError for bad settings.
+    clock (default: the preset's); for a preset with a held-out loss target, training stops at
+    that target and `minutes` is only the cap. A build or reused folder whose held-out loss is
+    above the preset's bound raises DegenerateTarget. `max_files` caps code files and prose docs
+    (None: preset default, 0: no cap). CPU builds use `threads` torch threads (default
+    os.cpu_count()), restored afterwards. An existing `out` whose recipe.json hash matches is
+    reused unless `force`. Raises ValueError for bad settings (DegenerateTarget is one).
     """
     p = get_preset(preset)
     if steps is not None and steps < 1:
@@ -121,6 +145,7 @@ def build_tiny_target(
     if not force and artifact.reusable(out, want):
         log(f"reusing {out} (recipe {want[:12]} matches; pass --force to rebuild)")
         summary = json.loads((out / "train_summary.json").read_text())
+        check_quality(summary, f"{out} (reused)")
         return TinyTargetBuild(out, True, summary)
 
     tmp = artifact.temp_dir_for(out)
@@ -129,6 +154,7 @@ def build_tiny_target(
         if dev.type == "cpu":
             torch.set_num_threads(threads or os.cpu_count() or 1)
         summary = _build_into(tmp, p, vocab, corpus, seed, steps, minutes, dev, bf16, compile_model)
+        check_quality(summary, "build")
         record = {"recipe": recipe, "recipe_hash": want, "provenance": artifact.provenance(tmp)}
         (tmp / "recipe.json").write_text(json.dumps(record, indent=2) + "\n")
         published = artifact.publish(tmp, out, want)
@@ -192,6 +218,18 @@ def _build_into(
         f"(bf16={bf16}, threads={torch.get_num_threads()})"
     )
     stream = BlockStream(chat_blocks, raw_blocks, p.batch_size, seed, p.chat_fraction)
+    eval_set = encode_rows(tok, spread(held_rows, p.eval_rows), p.seq_len)
+    quality = None
+    if steps is None and p.heldout_loss_target is not None:
+        check_set = spread(eval_set, p.check_rows)
+        quality = (
+            lambda: evaluate(model, check_set, pad_id, dev, bf16)["heldout_loss"],
+            p.heldout_loss_target,
+        )
+        log(
+            f"training until the held-out loss ({len(check_set)} chats, every {p.check_every} "
+            f"steps) is <= {p.heldout_loss_target} (cap {minutes:g} min)"
+        )
     result = train(
         model,
         stream,
@@ -201,13 +239,13 @@ def _build_into(
         device=dev,
         bf16=bf16,
         compile_model=compile_model,
+        quality=quality,
     )
     log(
         f"trained {result.steps} steps, {result.tokens:,} tokens in {result.seconds:.0f}s "
         f"(stopped by {result.stopped_by}); loss {result.loss_first:.3f} -> {result.loss_last:.3f}"
     )
 
-    eval_set = encode_rows(tok, spread(held_rows, p.eval_rows), p.seq_len)
     metrics = evaluate(model, eval_set, pad_id, dev, bf16)
     uniform = math.log(len(tok))
     log(
@@ -235,6 +273,8 @@ def _build_into(
         "loss_first": result.loss_first,
         "loss_last": result.loss_last,
         "stopped_by": result.stopped_by,
+        "quality_checks": result.checks,
+        "heldout_loss_bound": None if quality is None else p.heldout_loss_bound,
         **metrics,
         "uniform_loss": uniform,
         "device": str(dev),

@@ -42,6 +42,14 @@ class Preset:
     eval_rows: int = 256
     chat_fraction: float | None = None  # None: natural chat/raw mix (see train.BlockStream)
     max_epochs: float | None = None  # time budgets stop here (unique-token passes)
+    # Quality: a time-budget build stops once its held-out loss (on `check_rows` spread held-out
+    # chats, every `check_every` steps) is at or under `heldout_loss_target`; the build is refused
+    # as degenerate when the full held-out loss ends above `heldout_loss_bound`. The minutes are
+    # then a cap, not the budget. None: train for the time budget, no check.
+    heldout_loss_target: float | None = None
+    heldout_loss_bound: float | None = None
+    check_every: int = 25
+    check_rows: int = 64
 
     def __post_init__(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:
@@ -89,7 +97,14 @@ PRESETS: dict[str, Preset] = {
         batch_size=8,
         lr=3e-3,
         warmup_steps=10,
-        default_minutes=3.0,
+        default_minutes=20.0,  # a cap: the build stops at the held-out loss target
+        # Seen on a busy 2-core machine: a fixed 3 minutes gave 53 steps and a target answering
+        # "self self self..." (and a held-out tau of 5.2 that meant nothing). So it trains to a
+        # held-out loss instead; uniform is ln(4096) = 8.32. Seen on 2 busy cores (64 chats):
+        # 6.54 at 25 steps, 5.96 at 50, 5.55 at 75, 5.29 at 100, 5.09 at 125, 4.96 at 150
+        # (greedy code still loops at 5.0: "self._intintint...").
+        heldout_loss_target=4.8,
+        heldout_loss_bound=4.9,
         # A 3-minute CPU run sees well under one pass: upsampling chat to half the blocks lowered
         # held-out chat loss 4.87 -> 4.61 at 300 steps (measured on GPU, same recipe).
         chat_fraction=0.5,

@@ -1,4 +1,5 @@
-"""Pretraining loop for the tiny target: packed blocks, AdamW, warmup + cosine, time or step budget.
+"""Pretraining loop for the tiny target: packed blocks, AdamW, warmup + cosine, a step budget or a
+quality target under a time cap.
 
 Design choices:
 - Documents (rendered chat rows, raw corpus files) are tokenized, each followed by `<|endoftext|>`,
@@ -7,13 +8,18 @@ Design choices:
 - The LR schedule reads progress = step / steps (step budget: bit-identical rebuilds on one CPU) or,
   for a time budget, the larger of elapsed / budget and step / epoch-cap steps: a fast device
   stops at `preset.max_epochs` of unique tokens instead of memorising the small corpus.
+- `quality` (a held-out loss function and its target): checked every `preset.check_every` steps,
+  training stops once the loss is at or under the target ("quality"). The result then holds on a
+  busy machine too: a slow machine trains longer instead of stopping at a fixed time with a
+  degenerate model. Under a time cap the LR schedule follows the cap, so a stop at quality keeps
+  a higher LR than a full run would end with; the loss check is what is promised.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -96,8 +102,9 @@ class TrainResult:
     seconds: float
     loss_first: float
     loss_last: float
-    stopped_by: str = ""  # "steps" | "time" | "max_epochs"
+    stopped_by: str = ""  # "steps" | "time" | "max_epochs" | "quality"
     loss_curve: list[list] = field(default_factory=list)
+    checks: list[list] = field(default_factory=list)  # (step, held-out check loss)
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -120,8 +127,11 @@ def train(
     device: torch.device,
     bf16: bool,
     compile_model: bool = False,
+    quality: tuple[Callable[[], float], float] | None = None,
 ) -> TrainResult:
-    """Train in place until `steps` optimizer steps, or (steps=None) until `minutes` of wall clock.
+    """Train in place until `steps` optimizer steps, or (steps=None) until `minutes` of wall clock;
+    with `quality` = (loss function, target), also stop once the loss is <= target (checked every
+    `preset.check_every` steps).
 
     The time budget is checked before each step using the last step's duration, so the loop ends
     within ~one step of the budget rather than one step after it.
@@ -144,12 +154,21 @@ def train(
     model.train()
     losses: list[float] = []
     t0, last_dt, step, tokens = time.monotonic(), 0.0, 0, 0
+    checks: list[list] = []
     bar = tqdm(total=steps, desc="train", unit="step", mininterval=1.0, dynamic_ncols=True)
     while True:
         elapsed = time.monotonic() - t0
         if steps is not None and step >= steps:
             stopped_by = "steps"
             break
+        if quality is not None and step > 0 and step % preset.check_every == 0:
+            loss_fn, want = quality
+            checks.append([step, round(loss_fn(), 4)])
+            bar.set_postfix(heldout=f"{checks[-1][1]:.3f}", target=f"{want:.2f}", refresh=True)
+            if checks[-1][1] <= want:
+                stopped_by = "quality"
+                break
+            elapsed = time.monotonic() - t0  # the time cap counts the checks too
         if budget is not None and step > 0 and elapsed + last_dt > budget:
             stopped_by = "time"
             break
@@ -188,4 +207,5 @@ def train(
         loss_last=float(np.mean(losses[-10:])),
         stopped_by=stopped_by,
         loss_curve=[[i, round(v, 4)] for i, v in enumerate(losses) if i % stride == 0],
+        checks=checks,
     )
