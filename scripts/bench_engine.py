@@ -1,12 +1,20 @@
-"""Benchmark the embedded engine: target-only vs DSpark decoding.
+"""Benchmark the embedded engine: target-only vs DSpark decoding, on held-out prompts.
 
-    python scripts/bench_engine.py [--target DIR --checkpoint DIR] [--batch 1 4] [--max-tokens 64]
+    python scripts/bench_engine.py [--target DIR --checkpoint DIR] [--prompts FILE] [--batch 1 4]
 
-Uses `artifacts/tiny-target` + `outputs/tiny/final` when both exist, else a random tiny model
-(and says so: a random draft is almost never accepted, so DSpark then measures pure overhead;
-`--synthetic tuned` builds a context-free target with a draft tuned to it instead, an upper
-bound). Prints tokens/s per (mode, batch), the realized mean acceptance length, the draft step's
-time split (backbone vs Markov loop) and batched vs per-request verification cost.
+Defaults: the quickstart's pair, `artifacts/tiny-target` + `outputs/tiny/final`, prompted with
+the target's held-out chat rows (TARGET/data/heldout.jsonl: what `data.heldout=auto` held out
+of the draft's training, so the draft never saw them); `--prompts FILE` names other held-out
+rows. A speed-up only means something for a trained draft on text like its training data's
+but not in it. Random token prompts (`--random-prompts`) are neither: the target either drifts
+where the draft has nothing to predict (acceptance length ~1) or falls into repeating itself,
+which any draft predicts (the tiny pair: acceptance length 8.00 of 8, an inflated 2.95x); a
+random draft measures overhead only. Without a trained pair the script stops (exit 2) and says
+how to make one, unless `--synthetic` asks for a synthetic pair explicitly (random: overhead
+only; tuned: a context-free target with a draft tuned to it, an upper bound), prompted with
+random tokens.
+Prints tokens/s per (mode, batch), the realized mean acceptance length, the draft step's time
+split (backbone vs Markov loop) and batched vs per-request verification cost.
 `--num-spec 1 3 7 --adaptive both` compares drafts per round and adaptive verification
 (a real draft; each variant against the same target-only row).
 """
@@ -99,7 +107,7 @@ def load_synthetic(args):
 
 
 def prompts(engine: Engine, batch: int, args, rep: int) -> list[list[int]]:
-    """Batch `rep` of real held-out prompts (--prompts, cycled), else random token prompts."""
+    """Batch `rep` of the held-out prompts (cycled), else (asked for) random token prompts."""
     if args.real_prompts:
         pool = args.real_prompts
         return [pool[(rep * batch + i) % len(pool)] for i in range(batch)]
@@ -159,15 +167,33 @@ def verify_batching(engine: Engine, batch: int, iters: int = 20) -> tuple[float,
     return batched, single
 
 
+def usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--target", default=str(REPO / "artifacts/tiny-target"))
     ap.add_argument("--checkpoint", default=str(REPO / "outputs/tiny/final"))
-    ap.add_argument("--synthetic", choices=["random", "tuned"], default="random")
+    ap.add_argument(
+        "--synthetic",
+        choices=["random", "tuned"],
+        help="no trained pair: a synthetic one (random: overhead only; tuned: an upper bound)",
+    )
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32, help="random prompts' length")
-    ap.add_argument("--prompts", help="held-out chat rows (.jsonl[.gz]) to use as prompts")
+    ap.add_argument(
+        "--prompts",
+        help="held-out chat rows (.jsonl[.gz]) to prompt with (default: "
+        "TARGET/data/heldout.jsonl, the rows the draft's training held out)",
+    )
+    ap.add_argument(
+        "--random-prompts",
+        action="store_true",
+        help="random token prompts instead (the draft has nothing to predict: overhead only)",
+    )
     ap.add_argument("--max-prompt-tokens", type=int, default=512)
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--repeats", type=int, default=3)
@@ -193,20 +219,30 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
 
     real = Path(args.target).is_dir() and (Path(args.checkpoint) / "config.json").is_file()
+    real = real and args.synthetic is None
     if real:
+        prompt_file = args.prompts or str(Path(args.target) / "data" / "heldout.jsonl")
+        if not args.random_prompts and not Path(prompt_file).is_file():
+            return usage_error(
+                f"no held-out prompts: {prompt_file} does not exist. Pass --prompts FILE (chat "
+                "rows the draft did not train on), or --random-prompts to time overhead only."
+            )
         source = f"target {args.target}, draft {args.checkpoint}"
         base, make_spec = load_real(args)
-    else:
-        source = (
-            f"NOT FOUND: {args.target} / {args.checkpoint}; using a {args.synthetic} synthetic "
-            "tiny model ("
-            + (
-                "random 8-layer target + random draft: acceptance ~1, DSpark overhead only"
-                if args.synthetic == "random"
-                else "context-free target + draft tuned to it: an upper bound"
-            )
-            + ")"
+    elif args.synthetic is None:
+        return usage_error(
+            f"no trained pair at --target {args.target} / --checkpoint {args.checkpoint}: make "
+            "the tiny one with `bash scripts/quickstart.sh` (or `python3 -m train.distill "
+            "+experiment=tiny`), name yours with --target/--checkpoint, or pass --synthetic "
+            "random|tuned for a synthetic pair (not a speed-up measurement)."
         )
+    else:
+        source = f"a {args.synthetic} synthetic tiny model (" + (
+            "random 8-layer target + random draft: acceptance ~1, DSpark overhead only"
+            if args.synthetic == "random"
+            else "context-free target + draft tuned to it: an upper bound"
+        )
+        source += "), random token prompts"
         base, make_spec = load_synthetic(args)
     adaptive = {"off": [False], "on": [True], "both": [False, True]}[args.adaptive]
     # A synthetic draft has one variant: its own block, verified in full.
@@ -216,20 +252,27 @@ def main(argv=None) -> int:
     engines = [make_spec(n, a) for n, a in variants]
     spec = engines[0]
     args.real_prompts = None
-    if args.prompts:
+    if real and args.random_prompts:
+        source += f"; random token prompts of {args.prompt_len} (the draft has nothing to predict)"
+    elif real:
         from scripts.eval_acceptance import heldout_prompts
 
         found = heldout_prompts(
-            args.target, spec.tokenizer, 10**6, {"p": args.prompts}, args.max_prompt_tokens
+            args.target, spec.tokenizer, 10**6, {"p": prompt_file}, args.max_prompt_tokens
         )
         args.real_prompts = found.get("p") or []
-        source += f"; {len(args.real_prompts)} prompts from {args.prompts}"
+        if not args.real_prompts:
+            return usage_error(
+                f"{prompt_file}: no prompt of at most --max-prompt-tokens={args.max_prompt_tokens}"
+            )
+        source += f"; {len(args.real_prompts)} held-out prompts from {prompt_file}"
     print(f"# {source}")
     print(
         f"# device {args.device if real else 'cpu'}, threads {args.threads}, "
         f"N={spec.num_spec}, T={args.temperature}, "
-        f"draft_sampling={args.draft_sampling}, prompt {args.prompt_len}, "
-        f"max_tokens {args.max_tokens}, repeats {args.repeats}"
+        f"draft_sampling={args.draft_sampling}, "
+        + ("held-out prompts, " if args.real_prompts else f"prompt {args.prompt_len}, ")
+        + f"max_tokens {args.max_tokens}, repeats {args.repeats}"
     )
     head = (
         f"{'mode':<12}{'batch':>6}{'tok/s':>10}{'speedup':>9}{'accept len':>12}"

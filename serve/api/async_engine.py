@@ -1,10 +1,15 @@
 """`AsyncEngine`: runs the (single-threaded) `Engine` in a background thread for asyncio callers.
 
 The engine thread owns the engine: HTTP handlers never touch it, they post commands (add,
-abort) to a thread-safe inbox and read their request's outputs from an asyncio queue filled via
-`loop.call_soon_threadsafe`. Between two steps the thread drains the inbox, so requests that
-arrive while a round runs are admitted at the next step (continuous batching). When nothing is
-running it sleeps on the inbox instead of spinning.
+abort with its cause) to a thread-safe inbox and read their request's outputs from an asyncio
+queue filled via `loop.call_soon_threadsafe`. Between two steps the thread drains the inbox, so
+requests that arrive while a round runs are admitted at the next step (continuous batching).
+When nothing is running it sleeps on the inbox instead of spinning.
+
+Counting: every submitted request reaches the engine (the add is posted when `generate` is
+called, and an add is applied even if its consumer already left), and the engine counts each
+request once, by how it ended first: finished, aborted (engine error, shutdown, a consumer
+closed without a cause) or disconnected (the HTTP layer's `abort(rid, "disconnect")`).
 
 With tp > 1 the engine is a `Lockstep` (serve/engine/lockstep.py): the same calls, each step
 broadcast to the follower ranks; the thread also keeps idle followers alive and, on stopping,
@@ -62,31 +67,49 @@ class AsyncEngine:
         return self._thread.is_alive() and self.error is None
 
     # ------------------------------------------------------------------ asyncio side
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None
+    def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        closed_early: str = "abort",
     ) -> AsyncIterator[RequestOutput]:
-        """Yield the request's step outputs until it finishes. Cancelling the consumer (client
-        gone) aborts the request in the engine; other requests are unaffected."""
+        """Submit a request now and return the iterator of its step outputs (until it
+        finishes). The add is posted here, not on the first iteration, so a request whose
+        response is never iterated (its client left at once) still reaches the engine and is
+        counted. Closing the iterator early, or cancelling its consumer, aborts the request
+        with cause `closed_early` (unless an `abort` came first); others are unaffected."""
         if not self.alive:
             raise EngineDeadError("the engine thread is not running")
         rid = request_id or f"req-{next(self._ids)}"
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         self._streams[rid] = stream
         self._inbox.put(("add", rid, prompt_ids, params))
-        finished = False
+        return self._outputs(rid, stream, closed_early)
+
+    async def _outputs(
+        self, rid: str, stream: _Stream, closed_early: str
+    ) -> AsyncIterator[RequestOutput]:
+        ended = False  # the engine finished or failed it: nothing to abort
         try:
             while True:
                 item = await stream.queue.get()
                 if isinstance(item, BaseException):
+                    ended = True
                     raise item
                 yield item
                 if item.finished:
-                    finished = True
+                    ended = True
                     return
         finally:
             self._streams.pop(rid, None)
-            if not finished:
-                self._inbox.put(("abort", rid))
+            if not ended:
+                self.abort(rid, closed_early)
+
+    def abort(self, rid: str, cause: str = "abort") -> None:
+        """Abort a request from any thread, counted under `cause` ("abort" or "disconnect")
+        unless it already ended (the engine counts each request once)."""
+        self._inbox.put(("abort", rid, cause))
 
     # ------------------------------------------------------------------ engine thread
     def _deliver(self, rid: str, item) -> None:
@@ -96,19 +119,36 @@ class AsyncEngine:
 
     def _handle(self, cmd) -> None:
         if cmd[0] == "add":
+            # Added even when its consumer is already gone: the abort posted after it follows
+            # in the inbox, so the request is counted (as a disconnect or abort), never lost.
             _, rid, prompt_ids, params = cmd
-            if rid not in self._streams:  # cancelled before it reached the engine
-                return
             try:
                 self.engine.add_request(prompt_ids, params, rid)
-            except ValueError as e:
+            except ValueError as e:  # the HTTP layer checks first; counted as aborted
+                with self.engine.stats.updating() as st:
+                    st.requests_aborted += 1
                 self._deliver(rid, e)
         elif cmd[0] == "abort":
-            self.engine.abort_request(cmd[1])
+            self.engine.abort_request(cmd[1], cmd[2])
+
+    def _fail_all(self, error: BaseException) -> None:
+        """Abort every request in the engine (counted as aborted) and fail its consumer."""
+        for rid in list(self.engine.requests):
+            self.engine.abort_request(rid)
+            self._deliver(rid, error)
 
     def _run(self) -> None:
         try:
             self._serve()
+            # Stopped: requests still in flight or still in the inbox end as aborted.
+            try:
+                while True:
+                    self._handle(self._inbox.get_nowait())
+            except queue.Empty:
+                pass
+            self._fail_all(EngineDeadError("the server is shutting down"))
+            if self.engine.has_unfinished():
+                self.engine.step()  # flush the abort outputs
         finally:
             if self.lockstep is not None:
                 self.lockstep.close()
@@ -133,9 +173,7 @@ class AsyncEngine:
                 outputs = eng.step()
             except Exception as e:  # keep serving: fail the requests in flight, free their slots
                 logger.exception("engine step failed; aborting the requests in flight")
-                for rid in list(eng.requests):
-                    eng.abort_request(rid)
-                    self._deliver(rid, RuntimeError(f"engine step failed: {e}"))
+                self._fail_all(RuntimeError(f"engine step failed: {e}"))
                 eng.step()  # flush the abort outputs and free the slots
                 continue
             for out in outputs:

@@ -36,8 +36,21 @@ class EngineCollector:
         yield self._counter(
             "vllm:generation_tokens", "Generation tokens emitted.", s.generation_tokens
         )
-        yield self._counter("vllm:request_success", "Finished requests.", s.requests_finished)
-        yield self._counter("dspark:request_aborted", "Aborted requests.", s.requests_aborted)
+        # Each request ends in exactly one of these three (vLLM's request_success also counts
+        # aborts, under a finished_reason label; ours counts stop and length only).
+        yield self._counter(
+            "vllm:request_success", "Requests finished (stop or length).", s.requests_finished
+        )
+        yield self._counter(
+            "dspark:request_aborted",
+            "Requests aborted by the server (engine error, shutdown).",
+            s.requests_aborted,
+        )
+        yield self._counter(
+            "dspark:request_disconnected",
+            "Requests ended because their client went away first.",
+            s.requests_disconnected,
+        )
         yield self._counter("dspark:engine_steps", "Engine steps run.", s.steps)
         # Leak detectors, read live (len() is atomic): slots not on the free list and request
         # objects the engine still holds. Both must be 0 whenever the server is idle.

@@ -11,6 +11,14 @@ is fed every `WATCHDOG_INTERVAL_S` and on each /metrics scrape, warns on the log
 `dspark:acceptance_watchdog_*` gauges.
 A client that disconnects (mid-stream or while waiting) has its request aborted; the others
 keep running.
+`stop` strings (at most 4) end a completion where they first appear in its text, streaming or
+not; the text excludes them (`include_stop_str_in_output` keeps them) and finish_reason is
+"stop" (serve/engine/text.py). While streaming, text that could begin a stop string is held
+back until the next tokens decide it.
+Counters: every request admitted ends in exactly one of `vllm:request_success` (finished:
+stop or length), `dspark:request_aborted` (engine error, shutdown) and
+`dspark:request_disconnected` (its client went away first); requests refused with an error
+status (400, 404, 429, 503) are in none.
 """
 
 from __future__ import annotations
@@ -20,19 +28,19 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import torch.distributed as dist
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
 
 from serve.api.async_engine import AsyncEngine
 from serve.api.metrics import make_registry, render
 from serve.api.protocol import APIError, ChatCompletionRequest, CompletionRequest, parse
-from serve.engine import Engine, EngineOptions, SamplingParams
+from serve.engine import Engine, EngineOptions, RequestOutput, SamplingParams
 from serve.engine.lockstep import Lockstep, follow, join_tp_world
+from serve.engine.text import IncrementalDetokenizer, cut_at_stop, held_back
 from serve.watchdog import AcceptanceWatchdog, WatchdogRule, expected_acceptance
 
 logger = logging.getLogger("serve.api")
@@ -62,21 +70,55 @@ class Admission:
         return release
 
 
-class Detokenizer:
-    """Incremental text of a growing id list; holds back an incomplete UTF-8 character."""
+class TextOutput:
+    """The text a client receives of a growing output (serve/engine/text.py decodes it the way
+    the engine matched stop strings in it): without stop strings every completed character goes
+    out; with them, the output ends where the matched stop string starts (or, with
+    `include_stop`, where it ends) and, until the end, a tail that could still become a stop
+    string is held back."""
 
-    def __init__(self, tokenizer):
-        self.tok, self.ids, self.sent = tokenizer, [], ""
+    def __init__(self, tokenizer, stops: list[str], include_stop: bool = False):
+        self.detok = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
+        self.stops, self.include_stop = stops, include_stop
+        self.ids: list[int] = []
+        self.sent = ""
 
-    def push(self, ids: list[int], final: bool = False) -> str:
-        self.ids += ids
-        if self.tok is None:
+    def push(self, out: RequestOutput) -> str:
+        """The text to send for this step output."""
+        self.ids += out.new_token_ids
+        if self.detok is None:
             return ""
-        text = self.tok.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd") and not final:
-            return ""
-        delta, self.sent = text[len(self.sent) :], text
+        for t in out.new_token_ids:
+            self.detok.push(t)
+        if out.finished:
+            self.detok.flush()
+            text = self.detok.text
+            if out.stop_str is not None:
+                text = cut_at_stop(text, out.stop_str, self.include_stop)
+            end = len(text)
+        else:
+            text = self.detok.text
+            end = len(text) - (held_back(text[len(self.sent) :], self.stops) if self.stops else 0)
+        delta = text[len(self.sent) : end]
+        self.sent += delta
         return delta
+
+
+class EngineStream(StreamingResponse):
+    """An SSE response whose `on_close` runs however it ends: sent in full, its client gone
+    (Starlette then cancels the body without closing it), or its task cancelled. The body is
+    closed here too, so its request is settled now rather than when it is garbage-collected."""
+
+    def __init__(self, body, on_close: Callable[[], None]):
+        super().__init__(body, media_type="text/event-stream")
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
+            await self.body_iterator.aclose()
 
 
 class Server:
@@ -152,11 +194,11 @@ class Server:
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
             raise APIError(f"prompt token ids must lie in [0, {vocab})", param="prompt")
         room = self.max_model_len - n
-        max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        max_tokens = getattr(req, "max_completion_tokens", None)
+        if max_tokens is None:
+            max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = room
-        if max_tokens <= 0:
-            raise APIError(f"max_tokens={max_tokens}: must be at least 1", param="max_tokens")
         if max_tokens > room:
             raise APIError(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, "
@@ -164,12 +206,15 @@ class Server:
                 "completion). Reduce the prompt or max_tokens.",
                 param="max_tokens",
             )
+        if req.stop_list and self.tokenizer is None:
+            raise APIError("this target has no tokenizer: use stop_token_ids", param="stop")
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=req.temperature,
+            temperature=1.0 if req.temperature is None else req.temperature,
             seed=req.seed,
             stop_token_ids=list(req.stop_token_ids or []),
             ignore_eos=req.ignore_eos,
+            stop=req.stop_list,
         )
 
     # ------------------------------------------------------------------ outputs
@@ -189,60 +234,73 @@ class Server:
                 429,
             )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        gen = self._released(self.aengine.generate(prompt_ids, params, rid), release)
+        # A stream closed before its end means its client went away (Starlette cancels the
+        # body on a disconnect); a non-streaming handler posts the disconnect itself.
+        closed_early = "disconnect" if req.stream else "abort"
+        try:
+            # The engine has the request from here: it counts how it ends.
+            gen = self.aengine.generate(prompt_ids, params, rid, closed_early)
+        except BaseException:
+            release()
+            raise
+        text = TextOutput(self.tokenizer, params.stop, req.include_stop_str_in_output)
         if req.stream:
             include_usage = bool((req.stream_options or {}).get("include_usage"))
-            body = self._stream(gen, rid, prompt_ids, chat, include_usage, req.return_token_ids)
-            return StreamingResponse(
-                body, media_type="text/event-stream", background=BackgroundTask(release)
-            )
-        try:
-            return await self._complete(gen, http, rid, prompt_ids, chat, req.return_token_ids)
-        finally:
-            release()
+            ended = [False]  # the engine finished or failed it
 
-    @staticmethod
-    async def _released(gen, release):
+            def on_close():
+                release()
+                if not ended[0]:  # the client went away first (the engine counts each once)
+                    self.aengine.abort(rid, "disconnect")
+
+            body = self._stream(
+                gen, text, ended, rid, prompt_ids, chat, include_usage, req.return_token_ids
+            )
+            return EngineStream(body, on_close)
         try:
-            async for out in gen:
-                yield out
+            want_ids = req.return_token_ids
+            return await self._complete(gen, text, http, rid, prompt_ids, chat, want_ids)
         finally:
             release()
-            await gen.aclose()
 
     def _usage(self, prompt_ids, out_ids):
         n, m = len(prompt_ids), len(out_ids)
         return {"prompt_tokens": n, "completion_tokens": m, "total_tokens": n + m}
 
-    async def _complete(self, gen, http: Request, rid, prompt_ids, chat, want_ids) -> Response:
-        detok = Detokenizer(self.tokenizer)
+    async def _complete(
+        self, gen, text: TextOutput, http: Request, rid, prompt_ids, chat, want_ids
+    ) -> Response:
         reason = None
 
         async def collect():
             nonlocal reason
             async for out in gen:
-                detok.push(out.new_token_ids, final=out.finished)
+                text.push(out)
                 reason = out.finish_reason
 
         task = asyncio.ensure_future(collect())
-        # A non-streaming client that goes away must not keep its request running.
-        while not task.done():
-            await asyncio.wait([task], timeout=0.25)
-            if not task.done() and await http.is_disconnected():
+        try:
+            # A non-streaming client that goes away must not keep its request running.
+            while not task.done():
+                await asyncio.wait([task], timeout=0.25)
+                if not task.done() and await http.is_disconnected():
+                    self.aengine.abort(rid, "disconnect")  # before the close's plain abort
+                    return Response(status_code=499)
+        finally:
+            if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                await gen.aclose()
-                return Response(status_code=499)
+            await gen.aclose()
         exc = task.exception()
         if exc is not None:
             raise APIError(str(exc), 400 if isinstance(exc, ValueError) else 500)
         choice = {"index": 0, "finish_reason": reason, "logprobs": None}
         if chat:
-            choice["message"] = {"role": "assistant", "content": detok.sent}
+            choice["message"] = {"role": "assistant", "content": text.sent}
         else:
-            choice["text"] = detok.sent
+            choice["text"] = text.sent
         if want_ids:
-            choice["token_ids"], choice["prompt_token_ids"] = detok.ids, prompt_ids
+            choice["token_ids"], choice["prompt_token_ids"] = text.ids, prompt_ids
         return JSONResponse(
             {
                 "id": rid,
@@ -250,14 +308,13 @@ class Server:
                 "created": int(time.time()),
                 "model": self.name,
                 "choices": [choice],
-                "usage": self._usage(prompt_ids, detok.ids),
+                "usage": self._usage(prompt_ids, text.ids),
             }
         )
 
     async def _stream(
-        self, gen, rid, prompt_ids, chat, include_usage, want_ids
+        self, gen, text: TextOutput, ended: list, rid, prompt_ids, chat, include_usage, want_ids
     ) -> AsyncIterator[str]:
-        detok = Detokenizer(self.tokenizer)
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -272,24 +329,24 @@ class Server:
             if chat:
                 yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}})
             async for out in gen:
-                text = detok.push(out.new_token_ids, final=out.finished)
+                ended[0] = out.finished
+                delta = text.push(out)
                 choice = {"index": 0, "finish_reason": out.finish_reason, "logprobs": None}
                 if chat:
-                    choice["delta"] = {"content": text} if text else {}
+                    choice["delta"] = {"content": delta} if delta else {}
                 else:
-                    choice["text"] = text
+                    choice["text"] = delta
                 if want_ids:
                     choice["token_ids"] = out.new_token_ids
                 yield chunk(choice)
             if include_usage:
-                yield chunk(None, self._usage(prompt_ids, detok.ids))
+                yield chunk(None, self._usage(prompt_ids, text.ids))
         except Exception as e:  # headers are sent: report in-band, as vLLM does
+            ended[0] = True
             err = {"error": {"message": str(e), "type": "InternalServerError", "code": 500}}
             yield f"data: {json.dumps(err)}\n\n"
         finally:
-            # On client disconnect Starlette cancels this generator; closing `gen` aborts the
-            # request in the engine.
-            await gen.aclose()
+            await gen.aclose()  # not finished: aborts it (a disconnect was posted first)
         yield "data: [DONE]\n\n"
 
 

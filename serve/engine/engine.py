@@ -57,9 +57,13 @@ from serve.engine.sampler import Sampler
 from serve.engine.scheduler import Scheduler
 from serve.engine.stats import EngineStats, SpecDecodeStats, StatLogger
 from serve.engine.target_runner import TargetRunner
+from serve.engine.text import StopStrings
 
 logger = logging.getLogger("serve.engine")
 KV_BUCKET = 64  # key/context lengths are rounded up to this so forward shapes repeat
+# Why an aborted request ended, for its counter: a server-side error or cancel, or its client
+# going away. Finished requests (stop, length) count as successes.
+ABORT_CAUSES = ("abort", "disconnect")
 
 
 class Engine:
@@ -221,19 +225,27 @@ class Engine:
         vocab = self.target.lm_head.weight.shape[0]
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need the target's tokenizer; use stop_token_ids")
         seed = params.seed if params.seed is not None else (self.opts.seed << 32) + n
         req = Request(request_id, list(prompt_ids), params, seed)
+        if params.stop:
+            req.stop_strings = StopStrings(self.tokenizer, params.stop)
         self.requests[request_id] = req
         self.scheduler.add(req)
         return request_id
 
-    def abort_request(self, request_id: str) -> bool:
+    def abort_request(self, request_id: str, cause: str = "abort") -> bool:
         """Cancel a waiting or running request; its final output (reason "abort") comes with
-        the next `step()`. False if unknown or already finished."""
+        the next `step()`. `cause` picks its counter: "abort" (a server-side error or cancel)
+        or "disconnect" (its client went away). False, counting nothing, if unknown or already
+        finished: every request is counted once, by how it ended first."""
+        if cause not in ABORT_CAUSES:
+            raise ValueError(f"cause={cause!r}: one of {ABORT_CAUSES}")
         req = self.requests.get(request_id)
         if req is None or req.status is Status.FINISHED:
             return False
-        self._finish(req, "abort")
+        self._finish(req, "abort", cause)
         self._pending.append(RequestOutput(request_id, [], True, "abort"))
         return True
 
@@ -431,7 +443,7 @@ class Engine:
         """Append tokens up to the first stop condition; finish the request if one is hit."""
         p = req.params
         stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.eos_token_ids))
-        new, reason = [], None
+        new, reason, stop_str = [], None, None
         for t in tokens:
             new.append(t)
             req.output_ids.append(t)
@@ -441,19 +453,28 @@ class Engine:
                 reason = "length"
             if reason:
                 break
+        if req.stop_strings is not None and new:
+            # A stop string may complete mid-round: keep the tokens up to the one completing it.
+            hit = req.stop_strings.push(new)
+            if hit is not None:
+                keep, stop_str = hit
+                del req.output_ids[len(req.output_ids) - len(new) + keep :]
+                new, reason = new[:keep], "stop"
         with self.stats.updating():
             self.stats.generation_tokens += len(new)
         if reason:
             self._finish(req, reason)
-        return RequestOutput(req.request_id, new, reason is not None, reason)
+        return RequestOutput(req.request_id, new, reason is not None, reason, stop_str=stop_str)
 
-    def _finish(self, req: Request, reason: str) -> None:
+    def _finish(self, req: Request, reason: str, cause: str = "abort") -> None:
         self.scheduler.finish(req, reason)
         with self.stats.updating():
-            if reason == "abort":
-                self.stats.requests_aborted += 1
-            else:
+            if reason != "abort":
                 self.stats.requests_finished += 1
+            elif cause == "disconnect":
+                self.stats.requests_disconnected += 1
+            else:
+                self.stats.requests_aborted += 1
 
 
 def prefill_groups(reqs: list[Request], max_pad_fraction: float = 0.5) -> list[list[Request]]:

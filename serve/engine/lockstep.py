@@ -91,9 +91,9 @@ class Lockstep:
         self._log.append(("add", prompt_ids, params, request_id))
         return request_id
 
-    def abort_request(self, request_id: str) -> bool:
-        self._log.append(("abort", request_id))
-        return self.engine.abort_request(request_id)
+    def abort_request(self, request_id: str, cause: str = "abort") -> bool:
+        self._log.append(("abort", request_id, cause))
+        return self.engine.abort_request(request_id, cause)
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished()
@@ -140,7 +140,7 @@ def follow(engine: Engine) -> int:
             if op[0] == "add":
                 engine.add_request(op[1], op[2], op[3])
             else:
-                engine.abort_request(op[1])
+                engine.abort_request(*op[1:])
         if step:
             engine.step()
             steps += 1

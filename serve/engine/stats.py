@@ -180,8 +180,11 @@ class EngineStats:
     spec: SpecDecodeStats
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    # Every request ends in exactly one of these: finished (stop or length), aborted (a
+    # server-side error or cancel), disconnected (its client went away).
     requests_finished: int = 0
     requests_aborted: int = 0
+    requests_disconnected: int = 0
     steps: int = 0
     num_running: int = 0
     num_waiting: int = 0

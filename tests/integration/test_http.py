@@ -272,7 +272,8 @@ def test_chat_errors(server):
 # ---------------------------------------------------------------------- disconnects
 def test_client_disconnect_aborts_only_its_request(server):
     wait_idle(server)
-    before = metrics(server).get("dspark:request_aborted_total", 0)
+    m0 = metrics(server)
+    before = m0.get("dspark:request_disconnected_total", 0)
     # A long sampled stream (partial acceptance, so it is still running when we leave).
     body = {
         "prompt": [60, 61],
@@ -292,10 +293,14 @@ def test_client_disconnect_aborts_only_its_request(server):
         post(server, "/v1/completions", {**body, "stream": False, "seed": 8}, timeout=0.5)
     ok_request(server)  # served while (or after) the abandoned ones are cleaned up
     deadline = time.monotonic() + 60
-    while metrics(server).get("dspark:request_aborted_total", 0) < before + 2:
-        assert time.monotonic() < deadline, f"aborts not seen:\n{read_log(server['root'])}"
+    while metrics(server).get("dspark:request_disconnected_total", 0) < before + 2:
+        assert time.monotonic() < deadline, f"disconnects not seen:\n{read_log(server['root'])}"
         time.sleep(0.2)
     wait_idle(server)
+    m1 = metrics(server)
+    # Counted as disconnects only: not as aborts (server-side), not as successes.
+    assert m1["dspark:request_disconnected_total"] == before + 2
+    assert m1["dspark:request_aborted_total"] == m0["dspark:request_aborted_total"]
     assert server["proc"].poll() is None
     ok_request(server)
 
