@@ -53,6 +53,11 @@ for s in speed:
         f"{s['domain']}: speed-up {s['speedup']:.2f}x over target-only decoding "
         f"({s['target_only_s']:.1f} s -> {s['dspark_s']:.1f} s for {s['prompts']} prompts)"
     )
+if any(s["speedup"] < 1 for s in speed):
+    print(
+        "(below 1x: this draft has half the tiny target's layers, so a round costs more than "
+        "the tokens it wins save; the gain needs a target much larger than its draft)"
+    )
 print("Next (in this environment: source .venv/bin/activate):")
 print("  python -m serve.launch   # serve it: OpenAI-compatible API on 127.0.0.1:8000")
 print(

@@ -213,6 +213,8 @@ def _build_into(
     model = Qwen3ForCausalLM(p.model_config(pad_id=pad_id, eos_id=eos_id)).to(dev)
     n_params = sum(t.numel() for t in model.parameters())
     budget = f"{steps} steps" if steps is not None else f"{minutes:g} min"
+    if steps is None and p.heldout_loss_target is not None:
+        budget = f"a held-out loss of {p.heldout_loss_target} (cap {minutes:g} min)"
     log(
         f"model: {n_params / 1e6:.2f}M params; training for {budget} on {dev} "
         f"(bf16={bf16}, threads={torch.get_num_threads()})"
@@ -226,10 +228,7 @@ def _build_into(
             lambda: evaluate(model, check_set, pad_id, dev, bf16)["heldout_loss"],
             p.heldout_loss_target,
         )
-        log(
-            f"training until the held-out loss ({len(check_set)} chats, every {p.check_every} "
-            f"steps) is <= {p.heldout_loss_target} (cap {minutes:g} min)"
-        )
+        log(f"held-out loss checked on {len(check_set)} chats every {p.check_every} steps")
     result = train(
         model,
         stream,
