@@ -1,5 +1,5 @@
-"""`python -m train.prepare_target NAME --out DIR`: kept because earlier docs and recipes use this name;
-the command lives in train/prepare/target.py (`python -m train.prepare.target`)."""
+"""`python -m train.prepare_target NAME --out DIR`: kept because earlier docs and recipes use this
+name; the command lives in train/prepare/target.py (`python -m train.prepare.target`)."""
 
 import sys
 

@@ -325,7 +325,7 @@ def prepare(
         info = convert(found, tmp, spec.mark_template)
         summary = {
             "target": name,
-            "package": f"{spec.package}=={spec.version}",
+            "package": _package_line(spec),
             "source": str(found) if found != assembled else "assembled from parts",
             "source_how": how,
             "source_sha256": extra.pop("sha256", None) or sha256_file(found),
@@ -350,6 +350,13 @@ def prepare(
         f"{check['bf16_vs_gguf_argmax_agreement']:.3f} ({summary['seconds']} s)"
     )
     return out
+
+
+def _package_line(spec: RealTarget) -> str:
+    if spec.parts is None:
+        return f"{spec.package}=={spec.version}"
+    n = len(spec.parts.sizes_sha256)
+    return f"{spec.package.format(k='1')} .. {spec.package.format(k=n)}=={spec.version}"
 
 
 def _find_gguf(spec: RealTarget, gguf, wheel_dir, parts_dir, assembled: Path):
