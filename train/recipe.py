@@ -72,6 +72,8 @@ def run(cfg, out: Path, first: str | None, last: str) -> int:
             continue
         resumed = prepare_folder(folder, key)
         why = "rerun from --from" if done else why
+        if why == "unfinished" and not resumed:
+            why = "an unfinished run of other settings or inputs: starting afresh"
         log(f"{stage.name}: start ({'continuing an unfinished run' if resumed else why})")
         t0 = time.perf_counter()
         try:

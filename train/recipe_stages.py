@@ -252,7 +252,8 @@ def _run_export(cfg, out: Path, folder: Path) -> list:
     )
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
-    return [f"copy {final_draft(out)} -> {dest}; model card with {split} figures"]
+    card = f"{split} figures from {eval_json}" if figures else f"no {split} evaluation: no figures"
+    return [f"copy {final_draft(out)} -> {dest}; model card: {card}"]
 
 
 def _numbers(d, prefix: str = "", limit: int = 60) -> dict:
