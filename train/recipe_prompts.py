@@ -5,7 +5,7 @@
     OUT/prompts/dev.code.jsonl
     OUT/prompts/test.chat.jsonl   only for the figures a model card claims
     OUT/prompts/test.code.jsonl
-    OUT/prompts/report.json       sources, versions, counts, and what was dropped for overlap
+    OUT/prompts/report.json       sources, Python and package versions, counts, overlap drops
 
 Chat: ShareGPT (train/data/packaged.py), first turn of each conversation; train rows from its
 train split, dev and test from its held-out split (by conversation id, `heldout_fraction`),
@@ -14,7 +14,7 @@ rest of test, and dev, are prompts from installed packages named only for them (
 `test_packages`), and training reads the standard library and `train_packages`, so train, dev
 and test never share a package. Then `train.data.disjoint` drops every dev or test row whose
 normalised user turn equals a training row's (or dev's, for test), before the row caps.
-Evaluation rows keep the conversation up to the first user turn (no answer: the target writes it).
+Every row keeps the conversation up to its first user turn (no answer: the target writes it).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def _chat(c) -> tuple[list[dict], list[dict], dict]:
     opts = {"turns": "first", "seed": c.seed, "heldout_fraction": c.heldout_fraction}
     splits, report = build_splits("sharegpt", opts, c.file, progress=False)
     rng = random.Random(f"chat/{c.seed}")
-    train, held = list(splits["train"]), [_prompt_only(r) for r in splits["heldout"]]
+    # answers are dropped: regenerate writes the target's own (and the file stays small)
+    train = [_prompt_only(r) for r in splits["train"]]
+    held = [_prompt_only(r) for r in splits["heldout"]]
     rng.shuffle(train)
     rng.shuffle(held)
     return train[: c.train_rows], held, report
