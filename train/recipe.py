@@ -11,10 +11,11 @@ on another machine given the `OUT/` folders, goes on where it stopped, and a sta
 resumes (regenerate, distill) continues its own partial work. A changed setting or input reruns
 that stage and, where its outputs change, every later one.
 
-`--from STAGE` reruns STAGE and every later stage even where done (earlier ones must be done);
+`--from STAGE` reruns STAGE and every later stage even where done (earlier ones are not run; a
+stage whose inputs are not done stops the run: `--from prompts --until prompts` needs no target);
 `--until STAGE` stops after STAGE. Prints one start / skip / done line per stage.
-Exit codes: 0 done, 2 a bad recipe name, key or argument, or an earlier stage not done for
-`--from`, 1 a stage failed (its command's own output says why), 128+N a signal.
+Exit codes: 0 done, 2 a bad recipe name, key or argument, or a stage's inputs not done (after
+`--from`), 1 a stage failed (its command's own output says why), 128+N a signal.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from train.publish.package_files import PackageFileError
 from train.recipe_config import STAGES, BadRecipe, load_recipe, recipe_names
 from train.recipe_stages import STAGE_LIST, StageError
 from train.recipe_state import is_done, prepare_folder, read_done, stage_key, write_done
@@ -34,37 +36,35 @@ def log(msg: str) -> None:
     print(f"[recipe] {msg}", flush=True)
 
 
-def upstream_digests(out: Path, names: tuple[str, ...]) -> dict[str, str] | None:
-    """The outputs digest of each named stage's done.json; None if one is not done."""
-    got = {}
-    for name in names:
-        done = read_done(out / name)
-        if done is None:
-            return None
-        got[name] = done["outputs_digest"]
-    return got
+def upstream_digests(out: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """The outputs digest of each named stage's done.json (each is done: checked by `run`)."""
+    return {name: read_done(out / name)["outputs_digest"] for name in names}
 
 
 def run(cfg, out: Path, first: str | None, last: str) -> int:
     """Run the stages up to `last`; from `first` on every stage reruns (None: skip done ones)."""
     out.mkdir(parents=True, exist_ok=True)
     start, stop = STAGES.index(first or STAGES[0]), STAGES.index(last)
+    state: dict[str, str] = {}  # stage -> "" when done under its current key, else why not
     for i, stage in enumerate(STAGE_LIST):
         if i > stop:
             break
         folder = out / stage.name
-        upstream = upstream_digests(out, stage.upstream)
-        if upstream is None:
-            missing = [s for s in stage.upstream if read_done(out / s) is None]
-            log(f"{stage.name}: cannot run, earlier stage(s) {missing} not done")
+        stale = {s: state[s] for s in stage.upstream if state[s]}
+        if stale:
+            state[stage.name] = "its inputs are not done"
+            if i < start:
+                continue
+            log(
+                f"{stage.name}: cannot run: "
+                + "; ".join(f"{s} not done ({w})" for s, w in stale.items())
+            )
             return 2
         settings = stage.settings(cfg)
-        key = stage_key(settings, upstream, stage.external(cfg))
+        key = stage_key(settings, upstream_digests(out, stage.upstream), stage.external(cfg))
         done, why = is_done(folder, key)
-        if i < start:
-            if not done:
-                log(f"{stage.name}: not done ({why}); --from {first} needs it: run without --from")
-                return 2
+        state[stage.name] = why
+        if i < start:  # not run; a later stage that reads it needs it done
             log(f"{stage.name}: skip (before --from {first})")
             continue
         if done and first is None:
@@ -78,11 +78,13 @@ def run(cfg, out: Path, first: str | None, last: str) -> int:
         t0 = time.perf_counter()
         try:
             commands = stage.run(cfg, out, folder)
-        except StageError as e:
+        except (StageError, PackageFileError, OSError, ValueError) as e:
+            # a command's own output says more; an in-process stage's error is this one line
             log(f"{stage.name}: failed: {e}")
             return 1
         commands = [[str(c) for c in cmd] if isinstance(cmd, list) else cmd for cmd in commands]
         write_done(folder, key, settings, commands, time.perf_counter() - t0)
+        state[stage.name] = ""
         log(f"{stage.name}: done in {time.perf_counter() - t0:.1f} s -> {folder}")
     return 0
 

@@ -136,7 +136,7 @@ def test_a_changed_setting_invalidates_the_later_stages(tiny, tmp_path):
     log = _run(copy, src, "--until", "prompts", "prompts.chat.train_rows=20")
     assert "[recipe] prompts: start (its inputs or settings changed)" in log
     log = _run(copy, src, "--from", "distill", "prompts.chat.train_rows=20", code=2)
-    assert "regenerate: not done (its inputs or settings changed)" in log
+    assert "distill: cannot run: regenerate not done (its inputs or settings changed)" in log
 
 
 def test_a_killed_stage_continues_on_rerun(tiny, tmp_path):
@@ -144,7 +144,7 @@ def test_a_killed_stage_continues_on_rerun(tiny, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     shutil.rmtree(copy / "regenerate")  # so the poll below sees only the new run's rows
-    small = ["regenerate.batch_size=1", "regenerate.max_new_tokens=64"]  # 40 slow chunks
+    small = ["regenerate.batch_size=1", "regenerate.max_new_tokens=32"]  # 40 chunks
     proc = subprocess.Popen(
         _cmd(copy, src, "--until", "regenerate", *small),
         cwd=ROOT,
