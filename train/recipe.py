@@ -90,7 +90,11 @@ def run(cfg, out: Path, first: str | None, last: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m train.recipe", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m train.recipe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("name", help=f"a recipe: {', '.join(recipe_names())}")
     ap.add_argument("--out", help="stage outputs (default: the recipe's `out`)")
     ap.add_argument("--from", dest="first", choices=STAGES, help="rerun from this stage on")
