@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,15 @@ class Row:
     kind: str
     device: str
     source: str  # the raw file, relative to docs/results
+
+
+def in_results_format(s: dict, folder: Path, note: str | None, device: str) -> dict:
+    """A run's figures `s` as a summary here: sources relative to the summary's folder, and the
+    device and kind (measured) every key carries. For the scripts that write summaries."""
+    rel = {
+        k: os.path.relpath(v, folder) if k.endswith("_source") and v else v for k, v in s.items()
+    }
+    return {**({"note": note} if note else {}), "device": device, "kind": "measured", **rel}
 
 
 def read_rows(summary: Path, results_dir: Path) -> list[Row]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.paired_interval import tau_ratio_interval  # noqa: E402
 from scripts.plot_acceptance import pooled_tau  # noqa: E402
+from scripts.results_tables import in_results_format  # noqa: E402
 
 HELDOUT_DOMAINS = ("sharegpt", "humaneval")  # smollm2_evaluate.sh's default prompt sets
 
@@ -99,15 +99,6 @@ def summary(res: Path, engine_cpu: Path | None, gate_path: Path | None = None) -
         by_n = {str(v["num_spec"]): v["speedup"] for v in variants}
         put("engine_cpu_speedup_b1_by_num_spec", by_n, engine_cpu)
     return out
-
-
-def in_results_format(s: dict, folder: Path, note: str | None, device: str) -> dict:
-    """`s` as docs/results/ keeps a summary (scripts/results_tables.py reads it): sources relative
-    to the summary's folder, and the device and kind (measured) every key there carries."""
-    rel = {
-        k: os.path.relpath(v, folder) if k.endswith("_source") and v else v for k, v in s.items()
-    }
-    return {**({"note": note} if note else {}), "device": device, "kind": "measured", **rel}
 
 
 def main(argv=None) -> int:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from scripts.results_tables import in_results_format  # noqa: E402
 
 
 def load(path: Path):
@@ -72,15 +73,6 @@ def summary(res: Path, prefix: str, also: tuple[Path, ...] = ()) -> dict:
     tests_path = find(f"{prefix}tests.xml")
     put("vllm_tests", junit_counts(tests_path), tests_path)
     return out
-
-
-def in_results_format(s: dict, folder: Path, note: str | None, device: str) -> dict:
-    """`s` as docs/results/ keeps a summary (scripts/results_tables.py reads it): sources relative
-    to the summary's folder, and the device and kind (measured) every key there carries."""
-    rel = {
-        k: os.path.relpath(v, folder) if k.endswith("_source") and v else v for k, v in s.items()
-    }
-    return {**({"note": note} if note else {}), "device": device, "kind": "measured", **rel}
 
 
 def main(argv=None) -> int:
