@@ -22,6 +22,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from scripts.results_tables import in_results_format  # noqa: E402
 
 
