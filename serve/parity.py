@@ -47,6 +47,7 @@ from tqdm import tqdm
 from common.acceptance import two_proportion_test
 from common.atomic_file import write_whole
 from common.checkpoint import load_checkpoint
+from common.model import block_label_positions
 from common.sampling.gumbel import sampled_probs
 from common.target import TargetCapture, softcap_logits, target_logit_softcap
 from serve.engine import Engine
@@ -93,7 +94,9 @@ class TeacherForced:
         if cfg.dspark_draft_topk is not None:  # the walk samples among the top k only
             kth = dlogits.topk(cfg.dspark_draft_topk, dim=-1).values[..., -1:]
             dlogits = dlogits.masked_fill(dlogits < kth, float("-inf"))
-        final = out.final[0, fo.label_pos[0] - 1]  # [A, Nd, H]: the context of each slot
+        valid = torch.ones_like(anc, dtype=torch.bool)
+        label_pos, _ = block_label_positions(anc, valid, cfg.num_speculative_tokens, x.shape[1])
+        final = out.final[0, label_pos[0] - 1]  # [A, Nd, H]: the context of each slot
         tlogits = softcap_logits(self.target.get_output_embeddings()(final), self.softcap)
         a, nd, v = tlogits.shape
         temp = torch.full((a * nd,), t, dtype=torch.float64, device=self.device)

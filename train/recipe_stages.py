@@ -8,7 +8,7 @@ this process. Its outputs go to `OUT/STAGE/`:
     prompts/*.jsonl           train + dev/test per domain, disjoint (train/recipe_prompts.py)
     regenerate/train.jsonl    the target's own answers (train.prepare.regenerate, resumable)
     regenerate/dev.jsonl      dev prompts answered: distill's held-out rows
-    distill/run/final/        the draft (train.distill experiment=..., resume=true continues)
+    distill/run/final/        the draft (train.distill experiment=..., resume=auto continues)
     evaluate/{dev,test}/      python -m serve.evaluate: eval.json per split
     export/draft/             the draft with a model card whose figures are test's only
 
@@ -188,7 +188,7 @@ def _run_distill(cfg, out: Path, folder: Path) -> list:
         f"data.train={regen / 'train.jsonl'}",
         f"data.heldout={regen / 'dev.jsonl'}",
         f"output_dir={folder / 'run'}",
-        "resume=true",  # continues from the last checkpoint of an unfinished run of this key
+        "resume=auto",  # continues from the last checkpoint of an unfinished run of this key
         *cfg.distill.overrides,
     ]
     return [run_command(_py("train.distill", *args))]
