@@ -22,7 +22,7 @@ from common.config import ConfigError, DSparkConfig
 from common.spec_config import DRAFT_SAMPLE_METHODS, has_feature
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "serve"
-TRAIN_COMMAND = "python -m train.distill +experiment=tiny"
+TRAIN_COMMAND = "bash scripts/quickstart.sh"
 ENGINES = ("auto", "vllm", "embedded")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 

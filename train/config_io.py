@@ -128,8 +128,8 @@ def _nearest(key: str) -> str:
 
 def unknown_key(key: str) -> BadConfig:
     return BadConfig(
-        f"unknown key {key}{_nearest(key)} (every key: python -m train.distill --help, "
-        "docs/train.md)"
+        f"unknown key {key}{_nearest(key)} (every key: docs/train.md; the common ones: "
+        "python -m train.distill --help)"
     )
 
 
@@ -190,7 +190,7 @@ def check_overrides(overrides: list[str]) -> list[str]:
                 near = difflib.get_close_matches(str(value), choices, n=1)
                 hint = f"; did you mean {near[0]}?" if near else ""
                 raise BadConfig(
-                    f"unknown {key} {value!r}{hint} Choose one of: {', '.join(choices)} "
+                    f"unknown {key} {value!r}{hint or '.'} Choose one of: {', '.join(choices)} "
                     f"(configs/{key}/)"
                 )
             if key == "experiment" and o.type.name == "CHANGE":

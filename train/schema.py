@@ -20,7 +20,8 @@ class TargetCfg:
     path: str = "artifacts/tiny-target"  # HF model folder or hub id (offline: a local folder)
     dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
     build_tiny: bool = False  # build the embedded tiny target at `path` if it is missing
-    tiny_minutes: float = 3.0  # training budget of that build
+    # a cap on that build's training: it stops at its held-out loss target (tiny_target/presets.py)
+    tiny_minutes: float = 60.0
     prepare: str | None = None  # train/prepare/target.py name: build it at `path` if missing
     trust_remote_code: bool = False
 

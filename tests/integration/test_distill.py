@@ -251,7 +251,7 @@ def test_a_key_outside_the_schema_is_refused_with_or_without_plus(plus, capsys):
     assert main(["+experiment=tiny", f"{plus}trainer.max_stepz=3"]) == 2
     assert one_line_error(capsys) == (
         "[distill] bad config: unknown key trainer.max_stepz; did you mean trainer.max_steps? "
-        "(every key: python -m train.distill --help, docs/train.md)"
+        "(every key: docs/train.md; the common ones: python -m train.distill --help)"
     )
     assert main(["+experiment=tiny", f"{plus}lr=1e-3"]) == 2  # a right name in no section
     assert "unknown key lr; did you mean optim.lr?" in one_line_error(capsys)

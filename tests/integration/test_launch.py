@@ -158,7 +158,7 @@ def test_missing_defaults_name_the_training_command(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     assert launch.main([]) == 2
     err = capsys.readouterr().err
-    assert "python -m train.distill +experiment=tiny" in err
+    assert "bash scripts/quickstart.sh" in err
     assert "artifacts/tiny-target" in err and "outputs/tiny/final" in err
 
 

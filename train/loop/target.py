@@ -41,7 +41,10 @@ def ensure_target(tcfg) -> None:
         return
     from train.tiny_target.build import build_tiny_target
 
-    print(f"[distill] building the tiny target at {tcfg.path} (~{tcfg.tiny_minutes} min)")
+    print(
+        f"[distill] building the tiny target at {tcfg.path}: it trains until its held-out loss is "
+        f"under its target (at most {tcfg.tiny_minutes:g} min)"
+    )
     build_tiny_target(tcfg.path, minutes=tcfg.tiny_minutes)
 
 
