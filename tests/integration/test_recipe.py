@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.recipe_data import write_humaneval, write_sharegpt
-from train import recipe
-from train.recipe_config import STAGES
+from train.recipe import run as recipe
+from train.recipe.config import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_EVALUATE = (ROOT / "serve" / "evaluate.py").is_file()

@@ -1,4 +1,4 @@
-"""train/recipe_state.py: when a stage counts as done, and what a rerun keeps."""
+"""train/recipe/state.py: when a stage counts as done, and what a rerun keeps."""
 
 from __future__ import annotations
 

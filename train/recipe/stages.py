@@ -5,14 +5,14 @@ type it; `Ctrl-C` or a kill of the recipe reaches it) or, where no command exist
 this process. Its outputs go to `OUT/STAGE/`:
 
     target/model/             the target (train.prepare.target NAME, or the tiny target)
-    prompts/*.jsonl           train + dev/test per domain, disjoint (train/recipe_prompts.py)
+    prompts/*.jsonl           train + dev/test per domain, disjoint (train/recipe/prompts.py)
     regenerate/train.jsonl    the target's own answers (train.prepare.regenerate, resumable)
     regenerate/dev.jsonl      dev prompts answered: distill's held-out rows
     distill/run/final/        the draft (train.distill experiment=..., resume=auto continues)
     evaluate/{dev,test}/      python -m serve.evaluate: eval.json per split
     export/draft/             the draft with a model card whose figures are test's only
 
-`settings` is what a stage's key covers (train/recipe_state.py); `upstream` the earlier stages
+`settings` is what a stage's key covers (train/recipe/state.py); `upstream` the earlier stages
 whose outputs it reads.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from train.recipe_config import TINY_TARGET
+from train.recipe.config import TINY_TARGET
 
 
 class StageError(RuntimeError):
@@ -114,7 +114,7 @@ def _prompts_files(cfg) -> list[Path]:
 
 
 def _run_prompts(cfg, out: Path, folder: Path) -> list:
-    from train.recipe_prompts import build_prompts
+    from train.recipe.prompts import build_prompts
 
     report = build_prompts(cfg.prompts, folder)
     print(
@@ -123,7 +123,7 @@ def _run_prompts(cfg, out: Path, folder: Path) -> list:
             f"{k} {v['dropped']}" for k, v in report["overlap"].items() if isinstance(v, dict)
         )
     )
-    return ["train.recipe_prompts.build_prompts"]
+    return ["train.recipe.prompts.build_prompts"]
 
 
 # --- regenerate ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The recipe schema (`configs/recipe/NAME.yaml`, composed with Hydra) and its loader.
 
 A recipe names everything the six stages of `python -m train.recipe` need; each section is one
-stage's settings, and a stage's fingerprint (train/recipe_state.py) covers its section, so
+stage's settings, and a stage's fingerprint (train/recipe/state.py) covers its section, so
 changing e.g. `distill.overrides` reruns distill and what follows, nothing before it. Every key is
 typed here; an unknown key, a wrong type or a bad choice is a one-line `BadRecipe`.
 """
@@ -17,7 +17,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-RECIPE_DIR = Path(__file__).resolve().parents[1] / "configs" / "recipe"
+RECIPE_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipe"
 STAGES = ("target", "prompts", "regenerate", "distill", "evaluate", "export")
 TINY_TARGET = "tiny"  # target.name that builds the embedded tiny target instead of a real one
 

@@ -1,12 +1,12 @@
 """`python -m train.recipe NAME [--out DIR] [--from STAGE] [--until STAGE] [key=value ...]`:
 a target to a served draft in one command.
 
-Stages, in order (train/recipe_stages.py says what each runs and writes under `OUT/STAGE/`):
+Stages, in order (train/recipe/stages.py says what each runs and writes under `OUT/STAGE/`):
 target -> prompts -> regenerate -> distill -> evaluate -> export. A recipe is a config,
-`configs/recipe/NAME.yaml` (train/recipe_config.py types every key; `key=value` overrides one).
+`configs/recipe/NAME.yaml` (train/recipe/config.py types every key; `key=value` overrides one).
 
 Resumable: a stage is skipped when `OUT/STAGE/done.json` holds the key of its settings and inputs
-and its outputs are intact (train/recipe_state.py); rerunning the same command after a kill, or
+and its outputs are intact (train/recipe/state.py); rerunning the same command after a kill, or
 on another machine given the `OUT/` folders, goes on where it stopped, and a stage whose command
 resumes (regenerate, distill) continues its own partial work. A changed setting or input reruns
 that stage and, where its outputs change, every later one.
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from train.publish.package_files import PackageFileError
-from train.recipe_config import STAGES, BadRecipe, load_recipe, recipe_names
-from train.recipe_stages import STAGE_LIST, StageError
-from train.recipe_state import is_done, prepare_folder, read_done, stage_key, write_done
+from train.recipe.config import STAGES, BadRecipe, load_recipe, recipe_names
+from train.recipe.stages import STAGE_LIST, StageError
+from train.recipe.state import is_done, prepare_folder, read_done, stage_key, write_done
 
 
 def log(msg: str) -> None:
