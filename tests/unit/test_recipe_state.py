@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from train import recipe_state as rs
+from train.recipe import state as rs
 
 
 def _stage(tmp_path):
