@@ -144,7 +144,7 @@ def test_a_killed_stage_continues_on_rerun(tiny, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     shutil.rmtree(copy / "regenerate")  # so the poll below sees only the new run's rows
-    small = ["regenerate.batch_size=1", "regenerate.max_new_tokens=32"]  # 40 chunks
+    small = ["regenerate.batch_size=4", "regenerate.max_new_tokens=32"]  # 10 chunks of 4 rows
     proc = subprocess.Popen(
         _cmd(copy, src, "--until", "regenerate", *small),
         cwd=ROOT,
