@@ -9,7 +9,8 @@
 #                    serve.evaluate decodes in the engine), then decode speed (TPOT) on code and chat
 #                    prompts alternated at concurrency 1 / 8 / 32 / 128, T=0
 #   target_only      the same speed runs
-#   dspark_adaptive  the same speed runs with adaptive verification (the confidence head), then
+#   dspark_adaptive  the same speed runs with adaptive verification (the confidence head calibrated
+#                    first: train.publish.calibrate --fold-into-weights on the dev answers), then
 #                    its acceptance on the code test set at T=0
 # scripts/vllm_speedup_table.py pairs the speed runs' requests for the decode speed-ups' intervals.
 #   bash lab/gpu/qwen25_serve.sh [ROW...]        (default: dspark target_only dspark_adaptive)
@@ -91,7 +92,14 @@ port=8021
 for row in "${ROWS[@]}"; do
   case "$row" in
     dspark|target_only) serve_row $row $port ;;
-    dspark_adaptive) serve_row $row $port adaptive_verification=true ;;
+    dspark_adaptive)
+      # the confidence head calibrated on the dev answers, one temperature folded into its weights
+      # (vLLM 0.34 reads no temperature), on a copy: the plain rows serve the draft as trained
+      CAL=$R/distill/run/final-calibrated; rm -rf "$CAL"; cp -r "$DRAFT" "$CAL"
+      python3 -m train.publish.calibrate "$CAL" --target "$T" --data "$R/regenerate/dev.jsonl" \
+        --fold-into-weights >"$S/calibrate.log" 2>&1 && tail -14 "$S/calibrate.log" ||
+        { echo "calibration failed: the head as trained"; tail -5 "$S/calibrate.log"; cp -r "$DRAFT"/. "$CAL"/; }
+      DRAFT=$CAL serve_row $row $port adaptive_verification=true ;;
     *) echo "qwen25_serve.sh: unknown row $row" >&2; exit 2 ;;
   esac
   port=$((port + 1))
