@@ -17,6 +17,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.recipe_data import write_humaneval, write_sharegpt
 from train.recipe import run as recipe
@@ -81,6 +82,30 @@ def test_end_to_end_runs_every_stage_and_writes_its_outputs(tiny):
     assert (out / "export" / "draft" / "README.md").is_file()
     if HAS_EVALUATE:
         assert (out / "evaluate" / "test" / "eval.json").is_file()
+
+
+def test_export_calibrates_the_confidence_head_into_its_weights(tiny):
+    """The exported head is the trained one divided by the fitted temperature (what vLLM reads),
+    everything else byte-equal, and the card shows the calibration."""
+    from safetensors.torch import load_file
+
+    out, _, _ = tiny
+    trained = load_file(out / "distill" / "run" / "final" / "model.safetensors")
+    exported = load_file(out / "export" / "draft" / "model.safetensors")
+    calib = json.loads((out / "export" / "draft" / "confidence_calibration.json").read_text())
+    t = calib["folded_temperature"]
+    assert t > 0 and abs(t - 1.0) > 1e-3  # a fit that moved, so the check below can fail
+    assert set(trained) == set(exported)
+    head = {k for k in trained if k.startswith("confidence_head.proj.")}
+    assert head, sorted(trained)[:20]
+    for k in trained:
+        if k in head:
+            torch.testing.assert_close(
+                exported[k].double() * t, trained[k].double(), rtol=1e-5, atol=1e-7
+            )
+        else:
+            assert torch.equal(exported[k], trained[k]), k
+    assert "calibration/folded_temperature" in (out / "export" / "draft" / "README.md").read_text()
 
 
 def test_dev_and_test_prompts_are_disjoint_from_training(tiny):

@@ -96,6 +96,9 @@ class EvaluateStage:
 @dataclass
 class ExportStage:
     figures_split: str = "test"  # the model card's figures come from this evaluation only
+    # calibrate the exported draft's confidence head on the dev answers, folded into its weights
+    # (what vLLM's adaptive verification reads); a draft without the head is copied as it is
+    calibrate: bool = True
 
 
 @dataclass

@@ -10,7 +10,9 @@ this process. Its outputs go to `OUT/STAGE/`:
     regenerate/dev.jsonl      dev prompts answered: distill's held-out rows
     distill/run/final/        the draft (train.distill experiment=..., resume=auto continues)
     evaluate/{dev,test}/      python -m serve.evaluate: eval.json per split
-    export/draft/             the draft with a model card whose figures are test's only
+    export/draft/             the draft, its confidence head calibrated on the dev answers
+                              (train.publish.calibrate --fold-into-weights), with a model card
+                              whose figures are test's only
 
 `settings` is what a stage's key covers (train/recipe/state.py); `upstream` the earlier stages
 whose outputs it reads.
@@ -222,6 +224,32 @@ def _run_evaluate(cfg, out: Path, folder: Path) -> list:
 # --- export -------------------------------------------------------------------------------
 
 
+def _has_confidence_head(ckpt: Path) -> bool:
+    return bool(json.loads((ckpt / "config.json").read_text()).get("enable_confidence_head"))
+
+
+def _calibrate(out: Path, ckpt: Path) -> tuple[list[str], dict]:
+    """The confidence head calibrated on the dev answers (distill's held-out rows), one shared
+    temperature folded into its weights: vLLM reads only the weights, and adaptive verification
+    budgets verification by these confidences. -> (command, calibration.json's ECE columns)."""
+    from common.sampling.calibration import CALIBRATION_NAME
+
+    cmd = run_command(
+        _py(
+            "train.publish.calibrate",
+            ckpt,
+            "--target",
+            target_path(out),
+            "--data",
+            out / "regenerate" / "dev.jsonl",
+            "--fold-into-weights",
+        )
+    )
+    result = json.loads((ckpt / CALIBRATION_NAME).read_text())
+    keys = ("ece_before", "ece_after_shared", "folded_temperature")
+    return cmd, {f"calibration/{k}": result[k] for k in keys if k in result}
+
+
 def _run_export(cfg, out: Path, folder: Path) -> list:
     from common.checkpoint import PROVENANCE_NAME
     from train.publish.model_card import write_model_card
@@ -232,6 +260,10 @@ def _run_export(cfg, out: Path, folder: Path) -> list:
     dest, tmp = folder / "draft", folder / ".draft.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(final_draft(out), tmp)
+    cmds, calibration = [], {}
+    if cfg.export.calibrate and _has_confidence_head(tmp):
+        cmd, calibration = _calibrate(out, tmp)
+        cmds.append(cmd)
     prov = (
         json.loads((tmp / PROVENANCE_NAME).read_text()) if (tmp / PROVENANCE_NAME).is_file() else {}
     )
@@ -241,14 +273,14 @@ def _run_export(cfg, out: Path, folder: Path) -> list:
         tmp,
         target=str(target_path(out)),
         recipe=recipe,
-        metrics={f"{split}/{k}": v for k, v in figures.items()},
+        metrics={**{f"{split}/{k}": v for k, v in figures.items()}, **calibration},
         per_position_acceptance=per_pos,
         local_path=dest,
     )
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     card = f"{split} figures from {eval_json}" if figures else f"no {split} evaluation: no figures"
-    return [f"copy {final_draft(out)} -> {dest}; model card: {card}"]
+    return [*cmds, f"copy {final_draft(out)} -> {dest}; model card: {card}"]
 
 
 def _numbers(d, prefix: str = "", limit: int = 60) -> dict:
