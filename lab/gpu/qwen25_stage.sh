@@ -19,7 +19,7 @@ set -uo pipefail; cd "$(dirname "$0")/../.."; source lab/gpu/env.sh
 STAGE="${1:?usage: qwen25_stage.sh target|regenerate|distill|evaluate|export}"
 R="${RECIPE_OUT:-artifacts/recipes/qwen2.5-coder-1.5b-instruct}" TM="$CARRY_DIR/tm"
 REGEN_ROWS="${REGEN_ROWS:-8000}" REGEN_SECONDS="${REGEN_SECONDS:-150}"
-DISTILL_SECONDS="${DISTILL_SECONDS:-330}" EVAL_PROMPTS="${EVAL_PROMPTS:-64}"
+DISTILL_SECONDS="${DISTILL_SECONDS:-420}" EVAL_PROMPTS="${EVAL_PROMPTS:-64}"
 RECIPE=(python3 -m train.recipe qwen2.5-coder-1.5b-instruct --out "$R" "target.parts_dir=$TM"
   regenerate.temperature=0.0
   "regenerate.extra_args=['--max-rows','$REGEN_ROWS','--max-seconds','$REGEN_SECONDS']"
