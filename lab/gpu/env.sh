@@ -50,3 +50,14 @@ wait_for_files() {
   done
   echo "never arrived within ${limit} s:$missing" >&2; return 1
 }
+# wait_healthy PORT PID [TRIES]: until http://127.0.0.1:PORT/health answers (2 s apart, TRIES
+# times, default 150); exit status 1 when PID (the server) exits first or the tries run out.
+wait_healthy() {
+  local port=$1 pid=$2 _
+  for _ in $(seq "${3:-150}"); do
+    python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" \
+      "http://127.0.0.1:$port/health" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || return 1; sleep 2
+  done
+  return 1
+}

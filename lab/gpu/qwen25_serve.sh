@@ -58,17 +58,12 @@ bench() {  # PORT NAME PROMPTS CONCURRENCY NUM TEMPERATURE
 }
 lines() { wc -l <"$P/$1.jsonl"; }
 serve_row() {  # ROW PORT [serve.launch overrides...]
-  local row=$1 port=$2 ckpt=$DRAFT ok=0; shift 2
+  local row=$1 port=$2 ckpt=$DRAFT; shift 2
   [ "$row" = target_only ] && ckpt=null
   python3 -m serve.launch engine=vllm target=$T checkpoint=$ckpt port=$port max_model_len=2048 \
     max_num_seqs=128 draft_sampling=greedy seed=0 "$@" >"$S/serve_$row.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 200); do
-    python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" \
-      "http://127.0.0.1:$port/health" 2>/dev/null && { ok=1; break; }
-    kill -0 $pid 2>/dev/null || break; sleep 2
-  done
-  if [ $ok = 1 ]; then
+  if wait_healthy $port $pid 200; then
     echo "$(date +%T) $row up"
     python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency 8 --num-prompts 16 \
       --max-tokens 32 --prompts "$P/mixed.jsonl" >/dev/null  # warm-up, not recorded

@@ -57,13 +57,8 @@ serve_and_bench() {  # NAME CHECKPOINT PORT [serve.launch overrides...]
   local name=$1 ckpt=$2 port=$3; shift 3
   python3 -m serve.launch engine=vllm target=$T checkpoint=$ckpt port=$port max_model_len=2048 \
     draft_sampling=greedy seed=0 "$@" >"$OUT/serve_$name.log" 2>&1 &
-  local pid=$! ok=0
-  for _ in $(seq 150); do
-    python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" \
-      "http://127.0.0.1:$port/health" 2>/dev/null && { ok=1; break; }
-    kill -0 $pid 2>/dev/null || break; sleep 2
-  done
-  if [ $ok = 1 ]; then
+  local pid=$!
+  if wait_healthy $port $pid; then
     python3 -m serve.bench --base-url "http://127.0.0.1:$port" --concurrency 4 --num-prompts 8 \
       --max-tokens 32 --prompts $P >/dev/null  # warm-up, not recorded
     for c in "${LEVELS[@]}"; do
