@@ -47,7 +47,7 @@ from common.contract import serving_problems
 from common.spec_config import PINNED_VLLM, vllm_supported
 from serve.launch_config import LaunchRefused, ServeCfg, check_paths, compose_serve_config
 from serve.launch_embedded import embedded_options, run_embedded
-from serve.launch_vllm import vllm_launch
+from serve.launch_vllm import vllm_env, vllm_launch
 
 # Bad input anywhere in a launch: one line and exit 2. OSError / ValueError cover unreadable files
 # and the checkpoint readers' own errors (a truncated file, invalid JSON); the engine's
@@ -215,9 +215,10 @@ def launch(overrides: list[str]) -> int:
 
     if engine == "vllm":
         cmd, notes = vllm_launch(cfg, draft, vllm_version)
-        for note in notes:
+        env, env_notes = vllm_env(cmd, os.environ)
+        for note in notes + env_notes:
             say(note)
-        say("command: " + shlex.join(cmd))
+        say("command: " + shlex.join([f"{k}={v}" for k, v in env.items()] + cmd))
         if cfg.dry_run:
             return 0
         if not vllm_supported(vllm_version):
@@ -232,6 +233,7 @@ def launch(overrides: list[str]) -> int:
 
         if spawn_sidecar(cfg.host, cfg.port, cfg.checkpoint) is not None:
             say("acceptance watchdog: sidecar polling /metrics (python -m serve.watchdog)")
+        os.environ.update(env)  # exec keeps this process's environment
         exec_command(cmd)
         return 0  # not reached: exec replaces this process
 

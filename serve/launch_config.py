@@ -204,11 +204,17 @@ def decide_adaptive_verification(
     *,
     enforce_eager: bool = False,
     vllm_version: str | None = None,
+    calibrated: bool | None = None,
 ) -> tuple[bool, list[str]]:
     """enable_adaptive_verification only with a trained confidence head (without one, vLLM fits an
     online acceptance estimator instead). Refused with enforce_eager: vLLM's adaptive
     verification needs full CUDA graphs. A vLLM without the feature gets the key dropped later
-    (`common.spec_config.fit_to_vllm`), so nothing is refused for it."""
+    (`common.spec_config.fit_to_vllm`), so nothing is refused for it.
+
+    `calibrated`: whether the engine will read calibrated confidences (vLLM: a temperature folded
+    into the head's weights; the embedded engine: confidence_calibration.json); False adds a
+    warning, None (not checked) nothing. The budget multiplies the confidences into survivals, so
+    a raw head, over-confident on held-out text, misprices every draft it admits or cuts."""
     if not requested:
         return False, ["adaptive verification: off"]
     if not cfg.enable_confidence_head:
@@ -222,4 +228,12 @@ def decide_adaptive_verification(
             "adaptive_verification=true with enforce_eager=true: vLLM's adaptive verification "
             "requires full CUDA graphs. Set enforce_eager=false or adaptive_verification=false."
         )
-    return True, ["adaptive verification: on (confidence head)"]
+    notes = ["adaptive verification: on (confidence head)"]
+    if calibrated is False:
+        notes.append(
+            "warning: the confidence head is not calibrated for this engine (vLLM reads only a "
+            "temperature folded into its weights: python -m train.publish.calibrate CKPT "
+            "--target TARGET --fold-into-weights; the embedded engine reads "
+            "confidence_calibration.json): the draft budget is priced with raw confidences"
+        )
+    return True, notes

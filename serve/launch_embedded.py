@@ -7,9 +7,11 @@ The launch validated the checkpoint against the target already: the options say 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from common.config import DSparkConfig
+from common.sampling.calibration import CALIBRATION_NAME
 from serve.launch_config import (
     VLLM_ONLY_KEYS,
     LaunchRefused,
@@ -43,7 +45,13 @@ def embedded_options(
     n, adaptive, notes = None, False, []
     if draft is not None:
         n, notes = resolve_num_speculative_tokens(cfg.num_speculative_tokens, draft)
-        adaptive, msgs = decide_adaptive_verification(cfg.adaptive_verification, draft)
+        adaptive, msgs = decide_adaptive_verification(
+            cfg.adaptive_verification,
+            draft,
+            calibrated=(Path(cfg.checkpoint) / CALIBRATION_NAME).is_file()
+            if cfg.checkpoint
+            else None,
+        )
         notes += msgs
     ignored = ", ".join(changed_keys(cfg, VLLM_ONLY_KEYS))
     if ignored:

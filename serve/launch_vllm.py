@@ -9,7 +9,13 @@ it would reject (`serve.vllm_args`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from common.checkpoint import WEIGHTS_NAME
 from common.config import DSparkConfig
+from common.sampling.calibration import folded_temperature
 from common.spec_config import (
     NEWEST_VLLM,
     fit_to_vllm,
@@ -33,6 +39,15 @@ from serve.vllm_args import (
     decide_cudagraph_capture_size,
 )
 
+# vLLM 0.34 (vllm/envs.py): the KV context, in tokens (default 8192, clamped to max_model_len
+# minus the query), that every dummy request of adaptive verification's start-up cost profile
+# carries. Its profile runs T tokens as T requests of one token, so each verified token is priced
+# with a whole request's context read, although a verify adds draft tokens to the same requests
+# (their KV is read once whatever their query length). 0 profiles without fabricated context:
+# the table then grows with the tokens' own compute, which is what a draft adds.
+PROFILE_CONTEXT_ENV = "VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN"
+PROFILE_CONTEXT_TOKENS = 0
+
 SEQUENTIAL_SAMPLING_LOG = "DSpark sequential sampling stays replicated across TP ranks"
 
 
@@ -53,11 +68,15 @@ def vllm_spec(
     """The speculative config for this launch and installed vLLM, with the notes behind it."""
     check_markov_head(draft)
     n, notes = resolve_num_speculative_tokens(cfg.num_speculative_tokens, draft)
+    weights = Path(cfg.checkpoint) / WEIGHTS_NAME if cfg.checkpoint else None
     adaptive, msgs = decide_adaptive_verification(
         cfg.adaptive_verification,
         draft,
         enforce_eager=cfg.enforce_eager,
         vllm_version=vllm_version,
+        calibrated=folded_temperature(weights) is not None
+        if weights is not None and weights.is_file()
+        else None,
     )
     spec = speculative_config(
         draft,
@@ -109,3 +128,24 @@ def vllm_launch(
     notes += msgs
     cmd = build_vllm_command(cfg, spec, batch_sharded=sharded, cudagraph_capture_size=capture)
     return cmd, notes
+
+
+def vllm_env(cmd: list[str], environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Environment variables the `vllm serve` command `cmd` should run with, beyond `environ`, and
+    the notes that say why. With adaptive verification on: `PROFILE_CONTEXT_ENV`, unless
+    `environ` sets it (the user's value is kept)."""
+    spec = {}
+    if "--speculative-config" in cmd:
+        spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    if not spec.get("enable_adaptive_verification"):
+        return {}, []
+    if PROFILE_CONTEXT_ENV in environ:
+        return {}, [
+            f"adaptive verification: cost profile context {environ[PROFILE_CONTEXT_ENV]} tokens "
+            f"({PROFILE_CONTEXT_ENV} as set)"
+        ]
+    return {PROFILE_CONTEXT_ENV: str(PROFILE_CONTEXT_TOKENS)}, [
+        f"adaptive verification: {PROFILE_CONTEXT_ENV}={PROFILE_CONTEXT_TOKENS} (vLLM 0.34 "
+        "profiles each verified token with a whole request's context, 8192 tokens by default, and "
+        "then cuts drafts that would pay; export it to override)"
+    ]

@@ -28,6 +28,9 @@ from pathlib import Path
 import torch
 
 CALIBRATION_NAME = "confidence_calibration.json"
+# model.safetensors metadata key `train.publish.calibrate --fold-into-weights` writes: the shared
+# temperature folded into the confidence head's weights (what vLLM serves).
+FOLDED_TEMPERATURE_KEY = "dspark_folded_confidence_temperature"
 
 
 def apply_temperatures(confidence: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
@@ -46,6 +49,16 @@ def load_temperatures(ckpt_dir: str | Path) -> torch.Tensor | None:
     if not temps or any(t <= 0 for t in temps):
         raise ValueError(f"{path}: temperatures must be positive, got {temps}")
     return torch.tensor(temps, dtype=torch.float32)
+
+
+def folded_temperature(weights_file: str | Path) -> float | None:
+    """The temperature folded into the confidence head of `weights_file` (a safetensors file), from
+    its metadata; None when none was folded (the head is served raw by vLLM)."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights_file), "pt") as f:
+        value = (f.metadata() or {}).get(FOLDED_TEMPERATURE_KEY)
+    return None if value is None else float(value)
 
 
 def expected_calibration_error(conf: torch.Tensor, target: torch.Tensor, bins: int = 15) -> float:

@@ -33,6 +33,7 @@ from safetensors.torch import save_file
 from common.checkpoint import WEIGHTS_NAME, load_checkpoint
 from common.sampling.calibration import (
     CALIBRATION_NAME,
+    FOLDED_TEMPERATURE_KEY,
     expected_calibration_error,
     fit_sequential_temperatures,
     fit_temperature,
@@ -149,15 +150,15 @@ def fold_into_weights(ckpt_dir: Path, result: dict) -> dict:
     with safe_open(str(path), "pt") as f:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open: no __iter__)
-    if "dspark_folded_confidence_temperature" in meta:
+    if FOLDED_TEMPERATURE_KEY in meta:
         raise ValueError(
-            f"{path}: a temperature {meta['dspark_folded_confidence_temperature']} is already "
+            f"{path}: a temperature {meta[FOLDED_TEMPERATURE_KEY]} is already "
             "folded into the confidence head; calibrate the unfolded checkpoint instead"
         )
     t = result["shared_temperature"]
     w, b = "confidence_head.proj.weight", "confidence_head.proj.bias"
     tensors[w], tensors[b] = fold_temperature(tensors[w], tensors[b], t)
-    meta = {**meta, "dspark_folded_confidence_temperature": repr(t)}
+    meta = {**meta, FOLDED_TEMPERATURE_KEY: repr(t)}
     save_file(tensors, str(path), metadata=meta)
     out = dict(result)
     out["folded_temperature"] = t
