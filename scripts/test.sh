@@ -2,12 +2,15 @@
 # The README's test command. Installs what the tests need, then runs: ruff, the CPU test suite,
 # the vLLM-compatibility suite in its own virtual environment (scripts/test_vllm.sh), so the
 # main environment never holds vLLM, and the interoperability suite in another (scripts/
-# test_interop.sh). Fails on the first failing step.
+# test_interop.sh). Fails if any step fails: at once for the main environment, ruff and the CPU
+# suite; for the venv steps once the CPU suite is done.
 #
-# The two venvs build in the background while ruff and the CPU suite run (their builds are mostly
-# downloads and disk writes, and the CPU suite keeps about one of two cores busy). Each build
-# writes its own log, shown whole once the CPU suite is done; a failed build fails this script
-# there, before any suite runs in a venv. Each step prints the seconds it took ("[test] ...").
+# The venv suites run in the background while ruff and the CPU suite run, one step after another:
+# build .venv-vllm, build .venv-interop, the vLLM suite, the interop suite (the builds are mostly
+# downloads and disk; the CPU suite keeps about one of two cores busy, the other is theirs). Their
+# output goes to one log, shown whole once the CPU suite is done and then live to its end; a failed
+# build or suite fails this script there (a failed build skips its suite). Each step prints the
+# seconds it took ("[test] ...", "[test_vllm] ...", "[test_interop] ...").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
@@ -23,10 +26,10 @@ python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[dev]"
 took "installing the main environment"
 
-# The venv builds, one after the other (each installs this repo editable: not two at once), in
-# the background. stop_tree ends them if this script exits early (ruff or the CPU suite failed).
-BUILD_LOGS="$(mktemp -d)"
-BUILDS=""
+# The background steps. Each venv build installs this repo editable: never two at once. stop_tree
+# ends them if this script exits early (ruff or the CPU suite failed, or it was interrupted).
+BG_DIR="$(mktemp -d)"
+BG=""
 stop_tree() {  # stop_tree PID: PID and every process below it (each paused before its children
     local child  # are listed, so none starts another meanwhile)
     kill -STOP "$1" 2>/dev/null || return 0
@@ -37,23 +40,34 @@ stop_tree() {  # stop_tree PID: PID and every process below it (each paused befo
     kill -CONT "$1" 2>/dev/null || true
 }
 cleanup() {
-    if [[ -n "$BUILDS" ]] && kill -0 "$BUILDS" 2>/dev/null; then
-        echo "[test] stopping the venv builds (this script is exiting early)" >&2
-        stop_tree "$BUILDS"
-        wait "$BUILDS" 2>/dev/null || true
+    if [[ -n "$BG" ]] && kill -0 "$BG" 2>/dev/null; then
+        echo "[test] stopping the background steps (this script is exiting early)" >&2
+        stop_tree "$BG"
+        wait "$BG" 2>/dev/null || true
     fi
-    rm -rf "$BUILD_LOGS"
+    rm -rf "$BG_DIR"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+BG_STEPS=("test_vllm.sh --build-only" "test_interop.sh --build-only" "test_vllm.sh" "test_interop.sh")
+: > "$BG_DIR/log"
 (
-    for suite in vllm interop; do
+    failed_builds=""
+    for i in "${!BG_STEPS[@]}"; do
+        read -ra cmd <<< "${BG_STEPS[$i]}"
         rc=0
-        bash "scripts/test_$suite.sh" --build-only > "$BUILD_LOGS/$suite.log" 2>&1 || rc=$?
-        echo "$rc" > "$BUILD_LOGS/$suite.rc"
+        if [[ " $failed_builds " == *" ${cmd[0]} "* ]]; then
+            rc="skipped (its venv build failed)"
+        else
+            bash "scripts/${cmd[0]}" "${cmd[@]:1}" >> "$BG_DIR/log" 2>&1 || rc=$?
+            [[ $rc == 0 ]] || failed_builds+=" ${cmd[0]}"
+        fi
+        echo "$rc" > "$BG_DIR/$i.rc"
     done
 ) &
-BUILDS=$!
-echo "[test] building .venv-vllm and .venv-interop in the background (logs shown after the CPU suite)"
+BG=$!
+echo "[test] in the background: ${BG_STEPS[*]/#/scripts/} (log shown after the CPU suite)"
 
 python3 -m ruff check .
 python3 -m ruff format --check .
@@ -64,19 +78,18 @@ took "fetching the vLLM oracle files"
 python3 -m pytest -m "not vllm" -p no:cacheprovider -o addopts="" -q
 took "the CPU suite"
 
-wait "$BUILDS" || true
-BUILDS=""
-took "waiting for the venv builds"
-for suite in vllm interop; do
-    echo "[test] --- the $suite venv build's log ---"
-    cat "$BUILD_LOGS/$suite.log" 2>/dev/null || true
-    rc="$(cat "$BUILD_LOGS/$suite.rc" 2>/dev/null || echo "none")"
+echo "[test] --- the background steps' log (live from here) ---"
+tail -n +1 -f --pid="$BG" "$BG_DIR/log"
+wait "$BG" || true
+BG=""
+took "the rest of the background steps"
+failed=0
+for i in "${!BG_STEPS[@]}"; do
+    rc="$(cat "$BG_DIR/$i.rc" 2>/dev/null || echo "never ran")"
     if [[ "$rc" != "0" ]]; then
-        echo "[test] FAIL: building the $suite venv (scripts/test_$suite.sh --build-only) exited $rc" >&2
-        exit 1
+        [[ "$rc" =~ ^[0-9]+$ ]] && rc="exit $rc"
+        echo "[test] FAIL: scripts/${BG_STEPS[$i]} (in the background): $rc" >&2
+        failed=1
     fi
 done
-bash scripts/test_vllm.sh
-took "the vLLM suite"
-bash scripts/test_interop.sh
-took "the interop suite"
+exit $failed
