@@ -6,11 +6,12 @@
 # suite; for the venv steps once the CPU suite is done.
 #
 # The venv suites run in the background while ruff and the CPU suite run, one step after another:
-# build .venv-vllm, build .venv-interop, the vLLM suite, the interop suite (the builds are mostly
-# downloads and disk; the CPU suite keeps about one of two cores busy, the other is theirs). Their
-# output goes to one log, shown whole once the CPU suite is done and then live to its end; a failed
-# build or suite fails this script there (a failed build skips its suite). Each step prints the
-# seconds it took ("[test] ...", "[test_vllm] ...", "[test_interop] ...").
+# build .venv-vllm, build .venv-interop, the vLLM suite, the interop suite. Their output goes to one
+# log, shown whole once the CPU suite is done and then live to its end; a failed build or suite
+# fails this script there (a failed build skips its suite). The CPU suite runs on two pytest-xdist
+# workers, each test file whole on one worker (its module fixtures built once), one torch thread
+# per worker (tests/conftest.py). Each step prints the seconds it took ("[test] ...",
+# "[test_vllm] ...", "[test_interop] ...").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
@@ -75,7 +76,7 @@ took "ruff"
 # vLLM 0.34 source files and Triton's CPU interpreter for the oracle tests (ignored folder).
 bash scripts/fetch_vllm_oracle.sh || echo "[test] vLLM oracle files unavailable: the oracle tests skip"
 took "fetching the vLLM oracle files"
-python3 -m pytest -m "not vllm" -p no:cacheprovider -o addopts="" -q
+python3 -m pytest -m "not vllm" -p no:cacheprovider -o addopts="" -q -n 2 --dist loadfile
 took "the CPU suite"
 
 echo "[test] --- the background steps' log (live from here) ---"
