@@ -10,8 +10,15 @@
 # stamp matches.
 #
 # Usage: scripts/test_interop.sh [extra pytest args]   (INTEROP_VENV=/path for another venv)
-# Exit code: pytest's; "no tests collected" (5) also fails.
+#        scripts/test_interop.sh --build-only          (build the venv if stale, run no test)
+# Exit code: pytest's; "no tests collected" (5) also fails. With --build-only: 0 once the venv is
+# ready, non-zero if building it failed.
 set -euo pipefail
+BUILD_ONLY=0
+if [[ "${1:-}" == "--build-only" ]]; then
+    BUILD_ONLY=1
+    shift
+fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${INTEROP_VENV:-$REPO/.venv-interop}"
@@ -49,6 +56,7 @@ else
     echo "$STAMP" > "$VENV/.dspark-stamp"
 fi
 echo "[test_interop] venv ready after $((SECONDS - t0)) s"
+[[ $BUILD_ONLY -eq 1 ]] && exit 0
 
 cd "$REPO"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

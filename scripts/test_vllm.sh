@@ -9,8 +9,15 @@
 # speculator. docs/vllm-contract.md lists which facts were checked here and what differs in 0.34.
 #
 # Usage: scripts/test_vllm.sh [extra pytest args]     (VLLM_VENV=/path to build/use another venv)
-# Exit code: pytest's; non-zero on any failure, and "no tests collected" (5) also fails.
+#        scripts/test_vllm.sh --build-only            (build the venv if stale, run no test)
+# Exit code: pytest's; non-zero on any failure, and "no tests collected" (5) also fails. With
+# --build-only: 0 once the venv is ready, non-zero if building it failed.
 set -euo pipefail
+BUILD_ONLY=0
+if [[ "${1:-}" == "--build-only" ]]; then
+    BUILD_ONLY=1
+    shift
+fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VLLM_VENV:-$REPO/.venv-vllm}"
@@ -75,6 +82,7 @@ else
     echo "$STAMP" > "$VENV/.dspark-stamp"
 fi
 echo "[test_vllm] venv ready after $((SECONDS - t0)) s"
+[[ $BUILD_ONLY -eq 1 ]] && exit 0
 
 cd "$REPO"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled

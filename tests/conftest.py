@@ -10,6 +10,7 @@ target folder as `random_target`, and the distill suites' tiny chat target with 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,10 @@ import torch
 from tests.tiny import TINY, tiny_config, tiny_model, write_random_target
 
 __all__ = ["TINY", "tiny_config", "tiny_model"]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One intra-op thread per pytest-xdist worker: the workers share the cores between them.
+    torch.set_num_threads(1)
 
 
 @pytest.fixture
