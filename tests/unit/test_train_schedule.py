@@ -331,7 +331,9 @@ def test_a_time_boxed_run_plans_for_evaluations_without_their_compile(
     # The wall time of that evaluation over eval_every would be >= 2 s / 10 = 0.2 s a step.
     assert 0 < float(m.group(1)) < 0.05
     e = re.search(r"step-0 evaluation: ([0-9.]+) s, ([0-9.]+) s once compiled \(4 batches\)", text)
-    assert e and float(e.group(1)) >= 2.0 > 10 * float(e.group(2)), text
+    # the 2 s first batch is in the evaluation's wall time and not in its once-compiled figure
+    # (an absolute margin: a ratio to the other batches' time failed on a loaded 2-core machine)
+    assert e and float(e.group(1)) >= 2.0 and float(e.group(2)) < float(e.group(1)) - 1.5, text
 
 
 @pytest.mark.parametrize("name", ["cosine", "wsd"])
