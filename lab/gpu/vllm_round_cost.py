@@ -203,7 +203,10 @@ def make_llm(target_dir: Path, draft_dir: Path | None, k: int, args, eager: bool
         seed=0,
         speculative_config=spec,
     )
-    if not eager:  # capture only the decode sizes used (graph capture is start-up time); the
+    if not eager and args.capture == "requests":  # vLLM >= 0.34's own keys: decode graphs by
+        # request count, for the target's verify (q = K + 1) and the draft's query alike
+        kwargs["compilation_config"] = {"decode_cudagraph_capture_request_sizes": batches}
+    elif not eager:  # capture only the decode sizes used (graph capture is start-up time); the
         # same list for every configuration, so vLLM's compile cache serves the target each time
         sizes = sorted({b * (n + 1) for b in batches for n in (0, *args.ks)})
         kwargs["compilation_config"] = {
@@ -261,10 +264,16 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
 
 
 def measure_decode(llm, args, vocab: int) -> dict:
+    if args.dispatch_log:
+        print(f"  dispatch log on: {llm.collective_rpc(_install_dispatch_log)[0]}", flush=True)
     run_steps(llm, random_prompts(2, 16, vocab, 99), 8)  # warm-up
     out = {}
     for b in args.batches:
+        if args.dispatch_log:
+            llm.collective_rpc(_collect_dispatch_log)
         steps = run_steps(llm, random_prompts(b, args.prompt_len, vocab, b), args.decode_tokens)
+        if args.dispatch_log:
+            out[f"dispatch_{b}"] = llm.collective_rpc(_collect_dispatch_log)[0]
         durs, per_req = decode_window(steps, b)
         if not durs:
             out[str(b)] = {"error": "no decode steps in the window"}
@@ -289,6 +298,51 @@ def measure_sps(llm, vocab: int, sizes=SPS_SIZES, repeats: int = 3) -> dict:
             times.append(steps[0][0])
         ms[str(m)] = 1e3 * statistics.median(times)
     return ms
+
+
+# ---------------------------------------------------------------------------- dispatch log
+def _install_dispatch_log(worker) -> list[str]:
+    """In the worker: record what each CUDA-graph manager's `dispatch` returns (the target's
+    verify and, vLLM >= 0.34, the draft's query) as `manager mode tokens reqs` -> count, to see
+    whether a decode step replays a FULL graph, a PIECEWISE one or runs eagerly."""
+    runner = worker.model_runner
+    log = runner._dispatch_log = {}
+    done = []
+    managers = (
+        ("target", runner, "cudagraph_manager"),
+        ("draft", getattr(runner, "speculator", None), "query_cudagraph_manager"),
+        ("draft_legacy", getattr(runner, "speculator", None), "cudagraph_manager"),
+    )
+    for name, owner, attr in managers:
+        mgr = getattr(owner, attr, None) if owner is not None else None
+        if mgr is None or not hasattr(mgr, "dispatch"):
+            continue
+
+        def wrapped(*a, _fn=mgr.dispatch, _name=name, **k):
+            desc = _fn(*a, **k)
+            mode = getattr(desc, "cg_mode", desc)
+            key = " ".join(
+                (
+                    _name,
+                    str(getattr(mode, "name", mode)),
+                    str(getattr(desc, "num_tokens", "?")),
+                    str(getattr(desc, "num_reqs", "?")),
+                )
+            )
+            log[key] = log.get(key, 0) + 1
+            return desc
+
+        mgr.dispatch = wrapped
+        done.append(f"{name}: {type(mgr).__name__}")
+    return done
+
+
+def _collect_dispatch_log(worker) -> dict[str, int]:
+    """In the worker: the dispatch counts since the last collection."""
+    log = worker.model_runner._dispatch_log
+    out = dict(log)
+    log.clear()
+    return out
 
 
 # ---------------------------------------------------------------------------- profile
@@ -402,6 +456,7 @@ def child(args) -> int:
     target_dir = build_target_dir(args.shape, work)
     vocab = json.loads((target_dir / "config.json").read_text())["vocab_size"]
     res = {"config": args.config, "vllm_version": vllm.__version__, "eager": args.eager}
+    res["capture"] = args.capture
     t0 = time.perf_counter()
     if args.config == "target":
         llm = make_llm(target_dir, None, 0, args, args.eager)
@@ -598,6 +653,18 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-tokens", type=int, default=48)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     ap.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
+    ap.add_argument(
+        "--capture",
+        choices=["tokens", "requests"],
+        default="tokens",
+        help="CUDA-graph sizes: token counts B x (K + 1) (the deprecated keys 0.26 reads) or "
+        "decode request counts B (vLLM >= 0.34's decode_cudagraph_capture_request_sizes)",
+    )
+    ap.add_argument(
+        "--dispatch-log",
+        action="store_true",
+        help="count each decode batch's CUDA-graph dispatch (mode, tokens, requests) per model",
+    )
     ap.add_argument("--child-timeout", type=float, default=150, help="seconds per engine")
     ap.add_argument("--budget-s", type=float, default=1e9, help="no engine starts after this")
     ap.add_argument("--build-only", action="store_true", help="write the folders and stop")

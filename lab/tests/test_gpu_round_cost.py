@@ -209,3 +209,63 @@ def test_vllm_budget_searches_past_algorithm_1s_first_non_improvement():
         return (8 + sum(0.9 ** (1 + i // 8) for i in range(m))) / cost.t_adaptive(8, 8 + m)
 
     assert max(range(57), key=rate) == 56
+
+
+def test_dispatch_log_counts_what_each_manager_returns():
+    """The hook wraps the target's and the draft's CUDA-graph managers in place (vLLM calls them
+    through the instance) and counts the descriptors they return, per collection."""
+    from types import SimpleNamespace as NS
+
+    class Manager:
+        def __init__(self, q):
+            self.q = q
+
+        def dispatch(self, num_reqs, num_tokens, *a, **k):
+            mode = "FULL" if num_tokens == num_reqs * self.q else "NONE"
+            return NS(cg_mode=NS(name=mode), num_tokens=num_tokens, num_reqs=num_reqs)
+
+    runner = NS(cudagraph_manager=Manager(8), speculator=NS(query_cudagraph_manager=Manager(7)))
+    worker = NS(model_runner=runner)
+    assert vrc._install_dispatch_log(worker) == ["target: Manager", "draft: Manager"]
+    for _ in range(3):
+        runner.cudagraph_manager.dispatch(8, 64)
+        runner.speculator.query_cudagraph_manager.dispatch(8, 56)
+    runner.cudagraph_manager.dispatch(8, 4096)  # a prefill step
+    assert vrc._collect_dispatch_log(worker) == {
+        "target FULL 64 8": 3,
+        "draft FULL 56 8": 3,
+        "target NONE 4096 8": 1,
+    }
+    assert vrc._collect_dispatch_log(worker) == {}
+
+
+def test_round_dispatch_counts_only_uniform_decode_batches(tmp_path):
+    from lab.gpu import summarize_round_dispatch as srd
+
+    counts = {
+        "target FULL 64 8": 40,  # verify of 8 requests x (K + 1)
+        "target PIECEWISE 64 8": 2,
+        "draft FULL 56 8": 42,  # draft query, 8 requests x K
+        "target NONE 4096 8": 1,  # prefill: not a decode batch
+        "target PIECEWISE 512 None": 1,
+    }
+    shares = srd.dispatch_shares("dspark_v32k_k7", 7, counts)
+    assert shares["target"]["decode"] == 42 and shares["target"]["decode_full"] == 40
+    assert shares["target"]["other"] == {"target NONE 4096 8": 1, "target PIECEWISE 512 None": 1}
+    assert shares["draft"] == {"decode": 42, "decode_full": 42, "other": {}}
+    # target alone: q = 1
+    assert srd.dispatch_shares("target", 0, {"target FULL 8 8": 5})["target"]["decode_full"] == 5
+    for run, cfg, ms in (
+        ("round_tokens", "target", 4.0),
+        ("round_requests", "dspark_v32k_k7", 5.0),
+    ):
+        (tmp_path / run).mkdir()
+        decode = {"8": {"median_ms": ms}, "dispatch_8": counts if cfg != "target" else {}}
+        res = {"args": {"capture": run.split("_")[1]}, "configs": {cfg: {"k": 7, "decode": decode}}}
+        (tmp_path / run / "results.json").write_text(json.dumps(res))
+    summary = tmp_path / "summary.json"
+    assert srd.main([str(tmp_path), "--summary", str(summary)]) == 0
+    s = json.loads(summary.read_text())
+    assert s["vllm034_round_over_step_b8"] == 1.25
+    assert s["vllm034_decode_full_graph_share"] == pytest.approx(40 / 42)
+    assert s["vllm034_round_over_step_b8_source"] == "round_dispatch.json"
