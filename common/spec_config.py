@@ -76,6 +76,12 @@ VLLM_FEATURES = (
         "the sample_from_anchor layout key",
         "vLLM reads dspark_bonus_anchor instead, which our checkpoints also write, consistently",
     ),
+    VllmFeature(
+        "per_request_spec_decode_metrics",
+        (0, 29),
+        "each response's own acceptance (--per-request-spec-decode-metrics summary)",
+        "acceptance comes from /metrics alone, pooled over a run (serve.bench gives no interval)",
+    ),
 )
 # Speculative-config keys that exist only from a feature's version on.
 FEATURE_OF_KEY = {"enable_adaptive_verification": "adaptive_verification"}

@@ -15,6 +15,11 @@ Design choices:
   verified (`dspark:spec_decode_num_verified_draft_tokens`, fewer under adaptive verification),
   reported when present. `/metrics` is read with `prometheus_client.parser`; counters are
   summed over label sets (engines).
+- Where the server reports each request's own acceptance in its last chunk
+  (`metrics.speculative_decoding`: our engine always, vLLM >= 0.29 with
+  `--per-request-spec-decode-metrics summary`, which `serve.launch` passes), the pooled mean
+  acceptance length over those requests comes with a 95% bootstrap interval over requests
+  (`common.acceptance.tau_interval`: a request's rounds are correlated, requests are not).
 - Pure functions (`parse_spec_decode_metrics`, `spec_decode_delta`, `summarize`) hold all the
   arithmetic; the async client only times requests.
 """
@@ -32,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from common.acceptance import tau_interval
 from serve.engine.stats import SpecDecodeStats, read_spec_counters
 
 DEFAULT_PROMPTS = (
@@ -118,6 +124,8 @@ class RequestResult:
     output_tokens: int = 0
     tokens_from_usage: bool = False
     error: str | None = None
+    spec_rounds: int | None = None  # the server's own per-request acceptance, where it sends one
+    spec_accepted: int | None = None
 
 
 def tpot_s(r: RequestResult) -> float | None:
@@ -153,15 +161,36 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
         "mean_tpot_ms": ms(tpots, statistics.fmean),
         "median_tpot_ms": ms(tpots, statistics.median),
         "errors": sorted({r.error for r in results if r.error})[:5],
+        "per_request_acceptance": per_request_acceptance(ok),
         "requests": [
             {
                 "index": r.index,
                 "output_tokens": r.output_tokens,
                 "ttft_ms": _ms(r.ttft_s),
                 "tpot_ms": _ms(tpot_s(r)),
+                **(
+                    {"spec_rounds": r.spec_rounds, "spec_accepted": r.spec_accepted}
+                    if r.spec_rounds is not None
+                    else {}
+                ),
             }
             for r in sorted(ok, key=lambda r: r.index)
         ],
+    }
+
+
+def per_request_acceptance(ok: list[RequestResult]) -> dict | None:
+    """{"mean_acceptance_length", "ci95": [low, high], "requests"}: 1 + accepted / rounds pooled
+    over the requests whose server reported their own acceptance, with the bootstrap interval
+    over those requests; None where none did (a server without per-request metrics)."""
+    per = [[r.spec_rounds, r.spec_accepted] for r in ok if r.spec_rounds]
+    ci = tau_interval(per)
+    if ci is None:
+        return None
+    return {
+        "mean_acceptance_length": ci["value"],
+        "ci95": [ci["low"], ci["high"]],
+        "requests": len(per),
     }
 
 
@@ -220,6 +249,10 @@ async def _one_request(client: httpx.AsyncClient, url: str, body: dict, index: i
                 if usage and usage.get("completion_tokens") is not None:
                     res.output_tokens = int(usage["completion_tokens"])
                     res.tokens_from_usage = True
+                sd = (obj.get("metrics") or {}).get("speculative_decoding")
+                if sd and sd.get("num_spec_steps") is not None:
+                    res.spec_rounds = int(sd["num_spec_steps"])
+                    res.spec_accepted = int(sd["num_accepted_draft_tokens"])
     except (httpx.HTTPError, json.JSONDecodeError) as e:
         res.error = f"{type(e).__name__}: {e}"
         return res
@@ -336,6 +369,12 @@ def format_table(s: dict) -> str:
         ]
         for i, rate in enumerate(sd["per_position_acceptance_rates"]):
             lines.append(row(f"Acceptance rate, position {i}:", rate, "{:.3f}"))
+    pr = s.get("per_request_acceptance")
+    if pr:  # the server's own per-request figures, pooled, with the interval over requests
+        lo, hi = pr["ci95"]
+        lines.append(row("Mean acceptance length, by request:", pr["mean_acceptance_length"]))
+        label, interval = f"  95% interval ({pr['requests']} requests):", f"{lo:.2f}-{hi:.2f}"
+        lines.append(f"{label:<42}{interval:>12}")
     if s.get("output_tokens_from_usage") is False:
         lines.append("note: the server sent no usage; output tokens were counted by chunks")
     for err in s.get("errors") or []:

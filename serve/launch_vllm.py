@@ -126,7 +126,13 @@ def vllm_launch(
         extra_args=cfg.extra_vllm_args,
     )
     notes += msgs
-    cmd = build_vllm_command(cfg, spec, batch_sharded=sharded, cudagraph_capture_size=capture)
+    cmd = build_vllm_command(
+        cfg,
+        spec,
+        batch_sharded=sharded,
+        cudagraph_capture_size=capture,
+        per_request_metrics=has_feature(vllm_version, "per_request_spec_decode_metrics"),
+    )
     return cmd, notes
 
 

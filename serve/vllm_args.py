@@ -41,6 +41,7 @@ VLLM_CUDAGRAPH_STRIDE = 16
 COMPILATION_FLAGS = ("--compilation-config", "-cc")
 CAPTURE_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
 CAPTURE_FLAGS = ("--max-cudagraph-capture-size", "--cudagraph-capture-sizes")
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 # ServeCfg key -> the `vllm serve` flag that takes its value (null keys are not passed).
 VALUE_FLAGS = {
     "tensor_parallel_size": "-tp",
@@ -79,12 +80,15 @@ def build_vllm_command(
     *,
     batch_sharded: bool = False,
     cudagraph_capture_size: int | None = None,
+    per_request_metrics: bool = False,
     executable: Sequence[str] = ("vllm",),
 ) -> list[str]:
     """argv of `vllm serve TARGET ...`; `spec=None` serves the target without drafting.
     `cudagraph_capture_size` (`decide_cudagraph_capture_size`) goes into the compilation config:
     the user's own `--compilation-config JSON` in extra_vllm_args gains the key, else one is
-    added."""
+    added. `per_request_metrics`: with a draft, each response carries its own acceptance
+    (`--per-request-spec-decode-metrics summary`, unless extra_vllm_args set that flag), which
+    `serve.bench` turns into an interval over requests."""
     extra = list(cfg.extra_vllm_args)
     if cudagraph_capture_size is not None:
         extra = with_compilation_key(extra, "max_cudagraph_capture_size", cudagraph_capture_size)
@@ -98,9 +102,15 @@ def build_vllm_command(
             cmd += [flag, str(value)]
     if batch_sharded:
         cmd.append("--enable-batch-sharded-sampling")
+    if per_request_metrics and spec is not None and not _has_flag(extra, PER_REQUEST_FLAG):
+        cmd += [PER_REQUEST_FLAG, "summary"]
     if cfg.enforce_eager:
         cmd.append("--enforce-eager")
     return cmd + extra
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def _compilation_arg(args: Sequence[str]) -> tuple[int, str | None] | None:

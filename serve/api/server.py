@@ -121,6 +121,20 @@ class EngineStream(StreamingResponse):
             await self.body_iterator.aclose()
 
 
+def spec_decoding_metrics(rounds: list[int]) -> dict | None:
+    """One request's acceptance in vLLM's response shape (`metrics.speculative_decoding`, vLLM
+    >= 0.29 with `--per-request-spec-decode-metrics summary`, the fields we can state exactly):
+    `rounds` holds the drafts accepted in each of its speculative rounds; None for none."""
+    if not rounds:
+        return None
+    accepted = sum(rounds)
+    return {
+        "mean_acceptance_length": 1.0 + accepted / len(rounds),
+        "num_spec_steps": len(rounds),
+        "num_accepted_draft_tokens": accepted,
+    }
+
+
 class Server:
     """Request handling shared by the routes; owns the AsyncEngine."""
 
@@ -270,13 +284,15 @@ class Server:
     async def _complete(
         self, gen, text: TextOutput, http: Request, rid, prompt_ids, chat, want_ids
     ) -> Response:
-        reason = None
+        reason, rounds = None, []
 
         async def collect():
             nonlocal reason
             async for out in gen:
                 text.push(out)
                 reason = out.finish_reason
+                if out.num_accepted is not None:
+                    rounds.append(out.num_accepted)
 
         task = asyncio.ensure_future(collect())
         try:
@@ -301,16 +317,18 @@ class Server:
             choice["text"] = text.sent
         if want_ids:
             choice["token_ids"], choice["prompt_token_ids"] = text.ids, prompt_ids
-        return JSONResponse(
-            {
-                "id": rid,
-                "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()),
-                "model": self.name,
-                "choices": [choice],
-                "usage": self._usage(prompt_ids, text.ids),
-            }
-        )
+        body = {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.name,
+            "choices": [choice],
+            "usage": self._usage(prompt_ids, text.ids),
+        }
+        spec = spec_decoding_metrics(rounds)
+        if spec is not None:
+            body["metrics"] = {"speculative_decoding": spec}
+        return JSONResponse(body)
 
     async def _stream(
         self, gen, text: TextOutput, ended: list, rid, prompt_ids, chat, include_usage, want_ids
@@ -318,12 +336,16 @@ class Server:
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(choice: dict, usage=None) -> str:
+        def chunk(choice: dict, usage=None, metrics=None) -> str:
             body = {"id": rid, "object": obj, "created": created, "model": self.name}
             body["choices"] = [choice] if choice is not None else []
             if usage is not None:
                 body["usage"] = usage
+            if metrics is not None:
+                body["metrics"] = metrics
             return f"data: {json.dumps(body)}\n\n"
+
+        rounds = []
 
         try:
             if chat:
@@ -331,6 +353,8 @@ class Server:
             async for out in gen:
                 ended[0] = out.finished
                 delta = text.push(out)
+                if out.num_accepted is not None:
+                    rounds.append(out.num_accepted)
                 choice = {"index": 0, "finish_reason": out.finish_reason, "logprobs": None}
                 if chat:
                     choice["delta"] = {"content": delta} if delta else {}
@@ -339,8 +363,10 @@ class Server:
                 if want_ids:
                     choice["token_ids"] = out.new_token_ids
                 yield chunk(choice)
-            if include_usage:
-                yield chunk(None, self._usage(prompt_ids, text.ids))
+            if include_usage:  # where vLLM puts each request's own acceptance too
+                spec = spec_decoding_metrics(rounds)
+                metrics = None if spec is None else {"speculative_decoding": spec}
+                yield chunk(None, self._usage(prompt_ids, text.ids), metrics)
         except Exception as e:  # headers are sent: report in-band, as vLLM does
             ended[0] = True
             err = {"error": {"message": str(e), "type": "InternalServerError", "code": 500}}

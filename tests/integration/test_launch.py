@@ -541,6 +541,36 @@ def test_baseline_without_checkpoint(assets, machine, capsys):
 
 
 @pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ([], ["--per-request-spec-decode-metrics", "summary"]),
+        (
+            ["--per-request-spec-decode-metrics=detailed"],
+            ["--per-request-spec-decode-metrics=detailed"],
+        ),
+        (
+            ["--per-request-spec-decode-metrics", "none"],
+            ["--per-request-spec-decode-metrics", "none"],
+        ),
+    ],
+)
+def test_responses_carry_their_own_acceptance_unless_the_user_says_otherwise(
+    assets, machine, extra, expected
+):
+    """With a draft on vLLM >= 0.29 each response reports its own acceptance (for serve.bench's
+    interval over requests); a user's own setting of the flag is passed alone, never doubled."""
+    machine.update(vllm="0.34.0", gpus=1)
+    assert run(assets, f"extra_vllm_args=[{','.join(map(repr, extra))}]") == 0
+    cmd = machine["exec"]
+    flagged = [i for i, a in enumerate(cmd) if a.startswith("--per-request-spec-decode-metrics")]
+    assert len(flagged) == 1
+    assert cmd[flagged[0] : flagged[0] + len(expected)] == expected
+    machine.update(exec=None)
+    assert run(assets, "checkpoint=null") == 0  # target alone: vLLM would refuse the flag
+    assert not any(a.startswith("--per-request-spec") for a in machine["exec"])
+
+
+@pytest.mark.parametrize(
     "version, adaptive_kept, sharded_flag",
     [
         ("0.26.0", False, False),
@@ -560,15 +590,17 @@ def test_older_vllm_runs_without_missing_features(
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
     assert ("enable_adaptive_verification" in spec) is adaptive_kept
     assert ("--enable-batch-sharded-sampling" in cmd) is sharded_flag
+    # each response's own acceptance: from 0.29 on (0.26 and 0.28 would refuse the flag)
+    assert ("--per-request-spec-decode-metrics" in cmd) is (version >= "0.29")
     assert spec["draft_sample_method"] == "probabilistic"
     out = capsys.readouterr().out
     lacks = [ln for ln in out.splitlines() if f"vLLM {version} lacks" in ln]
     dropped = "dropped 'enable_adaptive_verification' from the speculative config" in out
     assert dropped is not adaptive_kept
     if version == "0.26.0":
-        assert len(lacks) == 5 and any("dspark_bonus_anchor" in ln for ln in lacks)
+        assert len(lacks) == 6 and any("dspark_bonus_anchor" in ln for ln in lacks)
     elif version == "0.28.0":
-        assert len(lacks) == 3 and "batch-sharded sampling" in lacks[0]
+        assert len(lacks) == 4 and "batch-sharded sampling" in lacks[0]
     elif version == "0.32.0":
         assert len(lacks) == 2 and "sequential (Markov) sampling" in lacks[1]
     else:

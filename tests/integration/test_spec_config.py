@@ -61,6 +61,7 @@ def test_versions_and_features():
         "batch_sharded_sampling",
         "batch_sharded_with_adaptive",
         "sharded_sequential_sampling",
+        "per_request_spec_decode_metrics",
     ]
     assert [f.name for f in missing_features("0.33.1")] == [
         "batch_sharded_with_adaptive",

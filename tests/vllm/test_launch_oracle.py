@@ -63,7 +63,7 @@ def test_probe_reads_the_installed_version():
 
 def test_feature_table_matches_installed_vllm():
     import vllm
-    from vllm.config import ParallelConfig, SpeculativeConfig
+    from vllm.config import ObservabilityConfig, ParallelConfig, SpeculativeConfig
 
     root = Path(vllm.__file__).parent
     speculator = (root / "v1/worker/gpu/spec_decode/dspark/speculator.py").read_text()
@@ -75,6 +75,8 @@ def test_feature_table_matches_installed_vllm():
         "batch_sharded_with_adaptive": has_flag and not vllm_refuses_batch_sharded(2, 8, 0, True),
         "sharded_sequential_sampling": "_try_enable_sharded_sequential_sampling" in speculator,
         "sample_from_anchor": '"sample_from_anchor"' in speculator,
+        "per_request_spec_decode_metrics": "per_request_spec_decode_metrics"
+        in ObservabilityConfig.__dataclass_fields__,
     }
     version = installed_version()
     assert {f.name: has_feature(version, f.name) for f in VLLM_FEATURES} == observed
