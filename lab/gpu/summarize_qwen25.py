@@ -10,6 +10,7 @@ RUN_DIR is the session's results folder as it came back (`lab/gpu/qwen25_serve.s
   serve/tau_dspark_{code,chat}_first_t0.json     the prompts the engine evaluated too
   serve/vllm_{target_only,dspark,dspark_adaptive}_cC.json              decode speed, T=0
   recipe/evaluate/test/eval.json                 the engine (`serve.evaluate`) on the test split
+  dspark_vs_dflash/eval.json                     both drafts, test split (qwen25_dflash_twin.sh)
 Each key is read from one raw file, named in `KEY_source` (relative to the summary's folder);
 `KEY_ci95` where the key is a mean: acceptance lengths by the bootstrap over requests of vLLM's
 own per-request figures (absent where the server sent none), speed-ups and the adaptive ratio by
@@ -118,6 +119,22 @@ def engine_keys(run: Path) -> dict:
     }
 
 
+def dflash_keys(run: Path) -> dict:
+    """dspark_over_dflash_t0_code (and _t0_chat, _t1_code, _t1_chat): DSpark's realized tau over
+    its DFlash twin's on the same test prompts (lab/gpu/qwen25_dflash_twin.sh), paired interval."""
+    rel = "dspark_vs_dflash/eval.json"
+    ev = _load(run / rel)
+    out = {}
+    for row in (ev or {}).get("rows", []):
+        ratio = row.get("vs_first")
+        if row["draft"] != "dspark" or not ratio:
+            continue
+        key = f"dspark_over_dflash_t{row['temperature']:g}_{row['domain']}"
+        out[key], out[f"{key}_source"] = ratio["value"], rel
+        out[f"{key}_ci95"] = [ratio["low"], ratio["high"]]
+    return out
+
+
 def version_key(run: Path) -> dict:
     rel = "serve/serve_dspark.log"
     log = run / rel
@@ -126,7 +143,8 @@ def version_key(run: Path) -> dict:
 
 
 def summarize(run: Path, prefix: str) -> dict:
-    keys = {**tau_keys(run), **speed_keys(run), **engine_keys(run), **version_key(run)}
+    keys = {**tau_keys(run), **speed_keys(run), **engine_keys(run), **dflash_keys(run)}
+    keys.update(version_key(run))
     return {
         k: (f"{prefix}/{v}" if k.endswith("_source") and prefix else v) for k, v in keys.items()
     }
@@ -139,6 +157,7 @@ GOALS = [
     *(f"speedup_c{c}" for c in LEVELS),
     "adaptive_over_plain_min",
     "vllm_vs_engine_accept_rel_diff",
+    "dspark_over_dflash_t0_code",
     "vllm_version",
 ]
 

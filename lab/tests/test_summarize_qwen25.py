@@ -51,6 +51,22 @@ def test_goal_keys_from_a_run_folder(tmp_path):
         {"temperature": 1.0, "domain": "code", "mean_acceptance_length": 9.0},  # not compared
     ]
     write(run, "recipe/evaluate/test/eval.json", {"rows": rows})
+    pair = [
+        {"draft": "dflash", "temperature": 0.0, "domain": "code"},
+        {
+            "draft": "dspark",
+            "temperature": 0.0,
+            "domain": "code",
+            "vs_first": {"value": 1.2, "low": 1.1, "high": 1.3},
+        },
+        {
+            "draft": "dspark",
+            "temperature": 1.0,
+            "domain": "chat",
+            "vs_first": {"value": 0.9, "low": 0.8, "high": 1.0},
+        },
+    ]
+    write(run, "dspark_vs_dflash/eval.json", {"rows": pair})
     write(run, "serve/serve_dspark.log", "INFO Initializing a V1 LLM engine (v0.34.0) with config")
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"kind": "measured", "train_mfu": 0.3, "train_mfu_source": "x"}))
@@ -70,4 +86,9 @@ def test_goal_keys_from_a_run_folder(tmp_path):
     assert s["adaptive_over_plain_min"] == pytest.approx(0.8)
     assert s["adaptive_over_plain_min_concurrency"] == 1
     assert s["vllm_vs_engine_accept_rel_diff"] == pytest.approx(0.1)  # code: 0.3 / 3.0
+    assert s["dspark_over_dflash_t0_code"] == 1.2 and s["dspark_over_dflash_t0_code_ci95"] == [
+        1.1,
+        1.3,
+    ]
+    assert s["dspark_over_dflash_t1_chat"] == 0.9
     assert s["vllm_version"] == "0.34.0" and s["tau_t0_code_device"] == "H100"

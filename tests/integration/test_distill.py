@@ -216,6 +216,17 @@ def test_experiments_exist_and_dflash_is_the_ablation():
     assert s.draft.markov_rank == 256 and s.draft.enable_confidence_head
     assert s.draft.target_layer_ids == [1, 9, 17, 25, 33]
     assert compose_config(["+experiment=tiny", "trainer.max_steps=7"]).trainer.max_steps == 7
+    # the 1.5B recipe's twin differs from its DSpark draft in the two heads alone
+    q = compose_config(["+experiment=qwen25_coder_1p5b", "data.train=x"])
+    qd = compose_config(["+experiment=qwen25_coder_1p5b_dflash", "data.train=x"])
+    assert qd.draft.markov_rank == 0 and not qd.draft.enable_confidence_head
+    heads = {"markov_rank", "enable_confidence_head", "confidence_head_with_markov"}
+    differ = {k for k in q.draft if k not in heads and q.draft[k] != qd.draft[k]}
+    assert differ == set() and qd.draft.num_hidden_layers == 3
+    own = ("draft", "experiment_name", "output_dir")  # output_dir follows the name
+    assert {k: v for k, v in q.items() if k not in own} == {
+        k: v for k, v in qd.items() if k not in own
+    }
 
 
 @pytest.mark.parametrize(
