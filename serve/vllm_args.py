@@ -102,15 +102,12 @@ def build_vllm_command(
             cmd += [flag, str(value)]
     if batch_sharded:
         cmd.append("--enable-batch-sharded-sampling")
-    if per_request_metrics and spec is not None and not _has_flag(extra, PER_REQUEST_FLAG):
+    user_flags = {arg.split("=", 1)[0] for arg in extra}
+    if per_request_metrics and spec is not None and PER_REQUEST_FLAG not in user_flags:
         cmd += [PER_REQUEST_FLAG, "summary"]
     if cfg.enforce_eager:
         cmd.append("--enforce-eager")
     return cmd + extra
-
-
-def _has_flag(args: Sequence[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def _compilation_arg(args: Sequence[str]) -> tuple[int, str | None] | None:

@@ -25,6 +25,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from lab.gpu.vllm_round_cost import speedup_rows  # noqa: E402
+
 RUNS = ("round_tokens", "round_requests")
 
 
@@ -69,7 +73,10 @@ def derive(folder: Path) -> dict:
                     "file": f"{run}/results.json",
                     "capture": res["args"]["capture"],
                 }
-    step = configs.get("target")
+    # t_round / t_step as vllm_round_cost.py's own table computes it, over the merged runs
+    ratios = {
+        (r["config"], r["batch"]): r["round_over_step"] for r in speedup_rows({"configs": configs})
+    }
     rows = []
     for name, c in configs.items():
         k = c.get("k", 0)
@@ -78,8 +85,8 @@ def derive(folder: Path) -> dict:
                 continue
             row = {"config": name, "batch": int(b), "capture": c["capture"], "file": c["file"]}
             row["median_ms"] = d["median_ms"]
-            if name != "target" and step and "median_ms" in step["decode"].get(b, {}):
-                row["over_target_step"] = d["median_ms"] / step["decode"][b]["median_ms"]
+            if (name, int(b)) in ratios:
+                row["over_target_step"] = ratios[name, int(b)]
             row["dispatch"] = dispatch_shares(name, k, c["decode"].get(f"dispatch_{b}", {}))
             rows.append(row)
     shares = [

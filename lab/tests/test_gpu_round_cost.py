@@ -261,7 +261,10 @@ def test_round_dispatch_counts_only_uniform_decode_batches(tmp_path):
     ):
         (tmp_path / run).mkdir()
         decode = {"8": {"median_ms": ms}, "dispatch_8": counts if cfg != "target" else {}}
-        res = {"args": {"capture": run.split("_")[1]}, "configs": {cfg: {"k": 7, "decode": decode}}}
+        res = {
+            "args": {"capture": run.split("_")[1]},
+            "configs": {cfg: {"k": 7, "vocab": "v32k", "decode": decode}},
+        }
         (tmp_path / run / "results.json").write_text(json.dumps(res))
     summary = tmp_path / "summary.json"
     assert srd.main([str(tmp_path), "--summary", str(summary)]) == 0

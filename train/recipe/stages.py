@@ -224,10 +224,6 @@ def _run_evaluate(cfg, out: Path, folder: Path) -> list:
 # --- export -------------------------------------------------------------------------------
 
 
-def _has_confidence_head(ckpt: Path) -> bool:
-    return bool(json.loads((ckpt / "config.json").read_text()).get("enable_confidence_head"))
-
-
 def _calibrate(out: Path, ckpt: Path) -> tuple[list[str], dict]:
     """The confidence head calibrated on the dev answers (distill's held-out rows), one shared
     temperature folded into its weights: vLLM reads only the weights, and adaptive verification
@@ -251,7 +247,7 @@ def _calibrate(out: Path, ckpt: Path) -> tuple[list[str], dict]:
 
 
 def _run_export(cfg, out: Path, folder: Path) -> list:
-    from common.checkpoint import PROVENANCE_NAME
+    from common.checkpoint import PROVENANCE_NAME, read_config
     from train.publish.model_card import write_model_card
 
     split = cfg.export.figures_split
@@ -261,7 +257,7 @@ def _run_export(cfg, out: Path, folder: Path) -> list:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(final_draft(out), tmp)
     cmds, calibration = [], {}
-    if cfg.export.calibrate and _has_confidence_head(tmp):
+    if cfg.export.calibrate and read_config(tmp).enable_confidence_head:
         cmd, calibration = _calibrate(out, tmp)
         cmds.append(cmd)
     prov = (
