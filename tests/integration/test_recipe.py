@@ -142,6 +142,18 @@ def test_rerun_skips_every_done_stage(tiny):
     assert [f"[recipe] {s}: skip" in log for s in STAGES] == [True] * len(STAGES), log
 
 
+def test_a_finished_run_moved_without_its_checkpoints_stays_done(tiny, tmp_path):
+    # distill's checkpoints (optimizer state, to continue an unfinished run) are scratch: a user
+    # deletes them or leaves them behind, and no stage reruns
+    out, src, _ = tiny
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    assert any((copy / "distill" / "run" / "checkpoints").iterdir())
+    shutil.rmtree(copy / "distill" / "run" / "checkpoints")
+    log = _run(copy, src)
+    assert [f"[recipe] {s}: skip" in log for s in STAGES] == [True] * len(STAGES), log
+
+
 def test_from_and_until_select_stages(tiny):
     out, src, _ = tiny
     log = _run(out, src, "--from", "prompts", "--until", "prompts")

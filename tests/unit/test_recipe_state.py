@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from train.recipe import state as rs
 
@@ -55,3 +56,50 @@ def test_an_unfinished_stage_continues_only_under_its_own_key(tmp_path):
     assert rs.prepare_folder(folder, "k2") is False  # other key: emptied
     assert not (folder / "train.jsonl").exists()
     assert json.loads((folder / rs.STARTED).read_text())["key"] == "k2"
+
+
+def test_scratch_is_not_an_output_so_a_done_stage_survives_its_deletion(tmp_path):
+    folder = tmp_path / "distill"
+    (folder / "run" / "final").mkdir(parents=True)
+    (folder / "run" / "final" / "model.safetensors").write_bytes(b"w" * 10)
+    ckpt = folder / "run" / "checkpoints" / "step-000400"
+    ckpt.mkdir(parents=True)
+    (ckpt / "optimizer.bin").write_bytes(b"o" * 50)
+    (folder / "run" / "checkpoints_notes.txt").write_text("not under the scratch folder")
+    done = rs.write_done(folder, "k", {}, [], 1.0, scratch=("run/checkpoints",))
+    assert set(done["outputs"]) == {"run/final/model.safetensors", "run/checkpoints_notes.txt"}
+    assert done["scratch"] == ["run/checkpoints"]
+    shutil.rmtree(folder / "run" / "checkpoints")
+    assert rs.is_done(folder, "k") == (True, "")
+    (folder / "run" / "final" / "model.safetensors").unlink()
+    why = rs.is_done(folder, "k")[1]
+    assert why == "output run/final/model.safetensors is missing or has another size"
+
+
+def test_identity_is_the_outputs_digest_unless_the_stage_is_keyed_by_its_settings(tmp_path):
+    def target(summary: str, by_key: bool) -> dict:
+        folder = tmp_path / f"target-{summary}-{by_key}"
+        (folder / "model").mkdir(parents=True)
+        (folder / "model" / "model.safetensors").write_bytes(b"same weights")
+        (folder / "model" / "prepare_summary.json").write_text(summary)  # the parts' paths
+        return rs.write_done(
+            folder, "key-of-the-settings", {}, [], 1.0, same_identity_as_key=by_key
+        )
+
+    here, there = target("/tmp/a/part1.whl", True), target("/tmp/b/part1.whl", True)
+    assert here["outputs_digest"] != there["outputs_digest"]
+    assert rs.identity(here) == rs.identity(there) == "key-of-the-settings"
+    here, there = target("/tmp/a/part1.whl", False), target("/tmp/b/part1.whl", False)
+    assert rs.identity(here) == here["outputs_digest"] != rs.identity(there)
+    old = {k: v for k, v in here.items() if k != "identity"}  # done.json from before identities
+    assert rs.identity(old) == here["outputs_digest"]
+
+
+def test_a_named_target_is_keyed_by_its_settings_and_the_tiny_one_by_its_bytes():
+    from train.recipe.config import load_recipe
+    from train.recipe.stages import STAGE_LIST
+
+    target = {s.name: s for s in STAGE_LIST}["target"]
+    assert target.same_identity_as_key(load_recipe("qwen2.5-coder-1.5b-instruct", []))
+    assert not target.same_identity_as_key(load_recipe("tiny", []))
+    assert {s.name: s for s in STAGE_LIST}["distill"].scratch == ("run/checkpoints",)

@@ -29,7 +29,14 @@ from pathlib import Path
 from train.publish.package_files import PackageFileError
 from train.recipe.config import STAGES, BadRecipe, load_recipe, recipe_names
 from train.recipe.stages import STAGE_LIST, StageError
-from train.recipe.state import is_done, prepare_folder, read_done, stage_key, write_done
+from train.recipe.state import (
+    identity,
+    is_done,
+    prepare_folder,
+    read_done,
+    stage_key,
+    write_done,
+)
 
 
 def log(msg: str) -> None:
@@ -37,8 +44,9 @@ def log(msg: str) -> None:
 
 
 def upstream_digests(out: Path, names: tuple[str, ...]) -> dict[str, str]:
-    """The outputs digest of each named stage's done.json (each is done: checked by `run`)."""
-    return {name: read_done(out / name)["outputs_digest"] for name in names}
+    """The identity of each named stage (its outputs digest unless it names another; each is done:
+    checked by `run`)."""
+    return {name: identity(read_done(out / name)) for name in names}
 
 
 def run(cfg, out: Path, first: str | None, last: str) -> int:
@@ -83,9 +91,12 @@ def run(cfg, out: Path, first: str | None, last: str) -> int:
             log(f"{stage.name}: failed: {e}")
             return 1
         commands = [[str(c) for c in cmd] if isinstance(cmd, list) else cmd for cmd in commands]
-        write_done(folder, key, settings, commands, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        write_done(
+            folder, key, settings, commands, seconds, stage.scratch, stage.same_identity_as_key(cfg)
+        )
         state[stage.name] = ""
-        log(f"{stage.name}: done in {time.perf_counter() - t0:.1f} s -> {folder}")
+        log(f"{stage.name}: done in {seconds:.1f} s -> {folder}")
     return 0
 
 

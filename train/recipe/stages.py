@@ -15,7 +15,9 @@ this process. Its outputs go to `OUT/STAGE/`:
                               whose figures are test's only
 
 `settings` is what a stage's key covers (train/recipe/state.py); `upstream` the earlier stages
-whose outputs it reads.
+whose outputs it reads; `scratch` what it keeps only to continue an unfinished run (not an output:
+a done stage stays done without it); `same_identity_as_key` whether later stages are keyed on its
+settings rather than its outputs' bytes (a named target: rebuilt from its checked source anywhere).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class Stage:
     settings: Callable[[object], dict]
     run: Callable[[object, Path, Path], list]  # (cfg, OUT, stage folder) -> commands run
     external: Callable[[object], list[Path]] = lambda cfg: []
+    scratch: tuple[str, ...] = ()
+    same_identity_as_key: Callable[[object], bool] = lambda cfg: False
 
 
 def run_command(cmd: list[str]) -> list[str]:
@@ -297,12 +301,26 @@ def _numbers(d, prefix: str = "", limit: int = 60) -> dict:
 
 
 STAGE_LIST = [
-    Stage("target", (), _target_settings, _run_target),
+    # the tiny target is trained here, so its bytes are what it is; a named one is checked
+    # against its source's sha256 before conversion
+    Stage(
+        "target",
+        (),
+        _target_settings,
+        _run_target,
+        same_identity_as_key=lambda c: c.target.name != TINY_TARGET,
+    ),
     Stage("prompts", (), _prompts_settings, _run_prompts, _prompts_files),
     Stage(
         "regenerate", ("target", "prompts"), lambda c: _section(c, "regenerate"), _run_regenerate
     ),
-    Stage("distill", ("target", "regenerate"), lambda c: _section(c, "distill"), _run_distill),
+    Stage(
+        "distill",
+        ("target", "regenerate"),
+        lambda c: _section(c, "distill"),
+        _run_distill,
+        scratch=("run/checkpoints",),  # train/loop/state.py: OUTPUT/checkpoints/step-N
+    ),
     Stage(
         "evaluate",
         ("target", "prompts", "distill"),

@@ -14,6 +14,16 @@ other bytes (or a changed setting) makes every later stage run again.
   finish continues its outputs (regenerate and distill resume) only if that key is the same;
   otherwise the stage folder is emptied first, so no output of other settings is continued.
 Paths are recorded relative to OUT, so a folder moved to another machine stays valid.
+
+Two things make a finished run move to another machine without its bulk:
+- A stage's scratch (distill's `run/checkpoints/`, gigabytes of optimizer state kept only to
+  continue an unfinished run) is neither recorded nor checked: a done stage stays done when it
+  is deleted or left behind.
+- Later stages' keys take an earlier stage's `identity`: its outputs digest, or what the stage
+  names instead. A target rebuilt from a checksummed source is the same model on every machine,
+  though incidental files differ (the parts' paths in prepare_summary.json, config.json's
+  transformers version), so its identity is its key: rebuilt elsewhere, it keeps the answers and
+  the draft made from it valid.
 """
 
 from __future__ import annotations
@@ -40,19 +50,29 @@ def stage_key(settings: dict, upstream: dict[str, str], files: list[Path]) -> st
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def output_records(folder: Path) -> dict[str, list]:
-    """{relative path: [size, sha256]} of every file under `folder` but the state files."""
+def output_records(folder: Path, scratch: tuple[str, ...] = ()) -> dict[str, list]:
+    """{relative path: [size, sha256]} of every file under `folder` but the state files, hidden
+    files and those under a `scratch` folder (relative to `folder`)."""
     out = {}
+    skip = [Path(s).parts for s in scratch]
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.parent == folder and p.name in (DONE, STARTED):
+        if not p.is_file() or (p.parent == folder and p.name in (DONE, STARTED)):
             continue
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts):
-            out[str(p.relative_to(folder))] = [p.stat().st_size, sha256_file(p)]
+        parts = p.relative_to(folder).parts
+        if any(part.startswith(".") for part in parts) or any(parts[: len(s)] == s for s in skip):
+            continue
+        out[str(p.relative_to(folder))] = [p.stat().st_size, sha256_file(p)]
     return out
 
 
 def outputs_digest(records: dict) -> str:
     return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
+
+
+def identity(done: dict) -> str:
+    """What later stages' keys take from a done stage (done.json written before identities
+    existed: its outputs digest)."""
+    return done.get("identity") or done["outputs_digest"]
 
 
 def read_done(folder: Path) -> dict | None:
@@ -104,8 +124,19 @@ def versions() -> dict:
     return out
 
 
-def write_done(folder: Path, key: str, settings: dict, commands: list, seconds: float) -> dict:
-    records = output_records(folder)
+def write_done(
+    folder: Path,
+    key: str,
+    settings: dict,
+    commands: list,
+    seconds: float,
+    scratch: tuple[str, ...] = (),
+    same_identity_as_key: bool = False,
+) -> dict:
+    """Record a finished stage. `scratch`: folders left out of its outputs; `same_identity_as_key`:
+    later stages are keyed on this stage's key, not on its outputs' bytes."""
+    records = output_records(folder, scratch)
+    digest = outputs_digest(records)
     done = {
         "key": key,
         "commands": commands,
@@ -113,7 +144,9 @@ def write_done(folder: Path, key: str, settings: dict, commands: list, seconds: 
         "versions": versions(),
         "seconds": round(seconds, 1),
         "outputs": records,
-        "outputs_digest": outputs_digest(records),
+        "outputs_digest": digest,
+        "scratch": list(scratch),
+        "identity": key if same_identity_as_key else digest,
     }
     write_whole(folder / DONE, json.dumps(done, indent=2, default=str) + "\n")
     (folder / STARTED).unlink(missing_ok=True)
