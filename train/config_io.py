@@ -108,9 +108,25 @@ FREE_DICTS = tuple(k for k, t in KEYS.items() if typing.get_origin(t) is dict)
 SECTIONS = {k.rsplit(".", 1)[0] for k in KEYS if "." in k}
 
 
-def group_choices(group: str) -> list[str]:
-    """The config files of `group` (configs/GROUP/*.yaml), by name."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+def group_choices(group: str, extra_dirs: list[Path] = ()) -> list[str]:
+    """The config files of `group` (configs/GROUP/*.yaml, and DIR/GROUP/*.yaml for each of
+    `extra_dirs`: the folders a `hydra.searchpath` override adds), by name."""
+    dirs = [CONFIG_DIR, *extra_dirs]
+    return sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
+
+
+def searchpath_dirs(parsed) -> tuple[list[Path], bool]:
+    """The `file://` folders of a `hydra.searchpath=[...]` override among `parsed`, and whether it
+    names any other source (`pkg://...`), whose configs cannot be listed here."""
+    dirs, other = [], False
+    for o in parsed:
+        if o.key_or_group == "hydra.searchpath" and not o.is_sweep_override():
+            for entry in o.value() or []:
+                if str(entry).startswith("file://"):
+                    dirs.append(Path(str(entry).removeprefix("file://")))
+                else:
+                    other = True
+    return dirs, other
 
 
 def groups() -> list[str]:
@@ -175,6 +191,7 @@ def check_overrides(overrides: list[str]) -> list[str]:
     value of the wrong type or a group choice that does not exist (see the module doc)."""
     parser, out = OverridesParser.create(), []
     base = OmegaConf.structured(DistillCfg)
+    parsed = []
     for text in overrides:
         try:
             (o,) = parser.parse_overrides([text])
@@ -182,16 +199,20 @@ def check_overrides(overrides: list[str]) -> list[str]:
             raise BadConfig(
                 f"cannot read {text!r}: give key=value (python -m train.distill --help)"
             ) from None
+        parsed.append(o)
+    extra_dirs, unlisted_source = searchpath_dirs(parsed)
+    for text, o in zip(overrides, parsed, strict=True):
         key = o.key_or_group
         if key in groups() and o.type.name in ("CHANGE", "ADD", "FORCE_ADD"):
-            choices = group_choices(key)
+            choices = group_choices(key, extra_dirs)
             value = o.get_value_element_as_str() if not o.is_sweep_override() else None
-            if value not in choices:
+            if value not in choices and not unlisted_source:
                 near = difflib.get_close_matches(str(value), choices, n=1)
                 hint = f"; did you mean {near[0]}?" if near else ""
+                where = ", ".join([f"configs/{key}/", *(f"{d}/{key}/" for d in extra_dirs)])
                 raise BadConfig(
                     f"unknown {key} {value!r}{hint or '.'} Choose one of: {', '.join(choices)} "
-                    f"(configs/{key}/)"
+                    f"({where})"
                 )
             if key == "experiment" and o.type.name == "CHANGE":
                 text = "+" + text  # not in the defaults list: `+` adds it

@@ -251,6 +251,24 @@ def test_unknown_experiment_exits_2(capsys):
     assert "does_not_exist" in capsys.readouterr().err
 
 
+def test_an_experiment_in_a_searchpath_folder_of_ones_own_composes(tmp_path, capsys):
+    # Hydra's way to keep experiments outside the repo: hydra.searchpath=[file://DIR] and
+    # DIR/experiment/NAME.yaml; the override check must look there too
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - tiny\nexperiment_name: mine\ntrainer:\n"
+        "  max_steps: 11\n"
+    )
+    path = f"hydra.searchpath=[file://{tmp_path}]"
+    cfg = compose_config([path, "+experiment=mine"])
+    assert (cfg.experiment_name, cfg.trainer.max_steps) == ("mine", 11)
+    assert main([path, "+experiment=mien"]) == 2
+    err = one_line_error(capsys)
+    assert "unknown experiment 'mien'; did you mean mine?" in err
+    assert f"{tmp_path}/experiment/" in err
+    assert main(["+experiment=mine"]) == 2  # without the searchpath it is not found
+
+
 def one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
