@@ -14,7 +14,7 @@ mkdir -p "$RES" "$WORK"
 echo $$ >"$RES/pipeline.pid"  # poll.sh: a poll with no live pipeline returns at once
 # The repo is copied first: later device calls re-sync the checkout under the running stages. Started
 # from $WORK itself (a committed snapshot unpacked there), nothing is copied.
-[ "$PWD" -ef "$WORK" ] || tar --exclude='./.c?' --exclude='./.c??' --exclude='./.gg?' --exclude='./.dr?' --exclude='./.v34_*' --exclude='./.k[0-9]*' --exclude='./.tm_*' --exclude=./.gguf --exclude=./.git -cf - . | tar -xf - -C "$WORK"
+[ "$PWD" -ef "$WORK" ] || tar --exclude='./.c?' --exclude='./.c??' --exclude='./.gg?' --exclude='./.dr?' --exclude='./.v34_*' --exclude='./.k[0-9]*' --exclude='./.tm_*' --exclude='./.q25s_*' --exclude=./.gguf --exclude=./.git -cf - . | tar -xf - -C "$WORK"
 cd "$WORK" && export OUT="$RES" && source lab/gpu/env.sh
 while read -r name script args; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
