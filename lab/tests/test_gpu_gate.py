@@ -250,16 +250,28 @@ def test_vllm_side_seeds_each_request_as_the_engine_side_does(monkeypatch):
     spec_calls = [seeds for spec, seeds in calls if spec]
     assert [s[0][0] for s in spec_calls] == [0.0, 1.0]
 
-    class Engine:  # what evaluate() hands the engine
+    class Engine:  # the engine's side: serve.evaluate's add_request / step loop
+        sampler = None  # no analytic probe
         stats = types.SimpleNamespace(
             snapshot=lambda: types.SimpleNamespace(spec=SpecDecodeStats(1))
         )
 
-        def generate_with_rounds(self, prompts, params):
-            calls.append(("engine", [(p.temperature, p.seed) for p in params]))
-            return [([1], []) for _ in prompts]
+        def __init__(self):
+            self.seeds = []
 
-    evaluate(Engine(), prompts, 1.0, 4, seed=0)
+        def add_request(self, prompt, params):
+            self.seeds.append((params.temperature, params.seed))
+            return len(self.seeds) - 1
+
+        def step(self):
+            done = types.SimpleNamespace(new_token_ids=[1], num_accepted=None, finished=True)
+            return [
+                types.SimpleNamespace(request_id=i, **vars(done)) for i in range(len(self.seeds))
+            ]
+
+    engine = Engine()
+    evaluate(engine, prompts, 1.0, 4, seed=0)
+    calls.append(("engine", engine.seeds))
     assert spec_calls[1] == calls[-1][1] == [(1.0, 0), (1.0, 1), (1.0, 2)]
 
 
