@@ -121,18 +121,19 @@ class EngineStream(StreamingResponse):
             await self.body_iterator.aclose()
 
 
-def spec_decoding_metrics(rounds: list[int]) -> dict | None:
-    """One request's acceptance in vLLM's response shape (`metrics.speculative_decoding`, vLLM
-    >= 0.29 with `--per-request-spec-decode-metrics summary`, the fields we can state exactly):
-    `rounds` holds the drafts accepted in each of its speculative rounds; None for none."""
+def response_metrics(rounds: list[int]) -> dict | None:
+    """A response's `metrics` with its own acceptance in vLLM's shape (`speculative_decoding`,
+    vLLM >= 0.29 with `--per-request-spec-decode-metrics summary`, the fields we can state
+    exactly): `rounds` holds the drafts accepted in each speculative round; None for none."""
     if not rounds:
         return None
     accepted = sum(rounds)
-    return {
+    spec = {
         "mean_acceptance_length": 1.0 + accepted / len(rounds),
         "num_spec_steps": len(rounds),
         "num_accepted_draft_tokens": accepted,
     }
+    return {"speculative_decoding": spec}
 
 
 class Server:
@@ -325,9 +326,9 @@ class Server:
             "choices": [choice],
             "usage": self._usage(prompt_ids, text.ids),
         }
-        spec = spec_decoding_metrics(rounds)
-        if spec is not None:
-            body["metrics"] = {"speculative_decoding": spec}
+        metrics = response_metrics(rounds)
+        if metrics is not None:
+            body["metrics"] = metrics
         return JSONResponse(body)
 
     async def _stream(
@@ -364,9 +365,7 @@ class Server:
                     choice["token_ids"] = out.new_token_ids
                 yield chunk(choice)
             if include_usage:  # where vLLM puts each request's own acceptance too
-                spec = spec_decoding_metrics(rounds)
-                metrics = None if spec is None else {"speculative_decoding": spec}
-                yield chunk(None, self._usage(prompt_ids, text.ids), metrics)
+                yield chunk(None, self._usage(prompt_ids, text.ids), response_metrics(rounds))
         except Exception as e:  # headers are sent: report in-band, as vLLM does
             ended[0] = True
             err = {"error": {"message": str(e), "type": "InternalServerError", "code": 500}}
