@@ -108,11 +108,10 @@ FREE_DICTS = tuple(k for k, t in KEYS.items() if typing.get_origin(t) is dict)
 SECTIONS = {k.rsplit(".", 1)[0] for k in KEYS if "." in k}
 
 
-def group_choices(group: str, extra_dirs: list[Path] = ()) -> list[str]:
+def group_choices(group: str, extra_dirs: tuple[Path, ...] | list[Path] = ()) -> list[str]:
     """The config files of `group` (configs/GROUP/*.yaml, and DIR/GROUP/*.yaml for each of
     `extra_dirs`: the folders a `hydra.searchpath` override adds), by name."""
-    dirs = [CONFIG_DIR, *extra_dirs]
-    return sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
+    return sorted({p.stem for d in (CONFIG_DIR, *extra_dirs) for p in (d / group).glob("*.yaml")})
 
 
 def searchpath_dirs(parsed) -> tuple[list[Path], bool]:
