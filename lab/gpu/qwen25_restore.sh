@@ -9,10 +9,9 @@ set -euo pipefail; cd "$(dirname "$0")/../.."; source lab/gpu/env.sh
 P="${1:?usage: qwen25_restore.sh PARTS_DIR [WAIT_S]}" WAIT_S="${2:-0}"
 R="${RECIPE_OUT:-artifacts/recipes/qwen2.5-coder-1.5b-instruct}"
 wait_for_files "$WAIT_S" "$P/SHA256SUMS" || exit 1
-# shellcheck disable=SC2046
-wait_for_files "$WAIT_S" $(awk -v d="$P" '{print d "/" $2}' "$P/SHA256SUMS") || exit 1
+mapfile -t PARTS < <(awk -v d="$P" '{print d "/" $2}' "$P/SHA256SUMS" | sort)
+wait_for_files "$WAIT_S" "${PARTS[@]}" || exit 1
 (cd "$P" && sha256sum --quiet -c SHA256SUMS) || { echo "a part above does not match SHA256SUMS" >&2; exit 1; }
 mkdir -p "$R" && rm -rf "$R/regenerate" "$R/distill"
-# shellcheck disable=SC2046
-cat $(awk -v d="$P" '{print d "/" $2}' "$P/SHA256SUMS" | sort) | gzip -dc | tar -xf - -C "$R"
+cat "${PARTS[@]}" | gzip -dc | tar -xf - -C "$R"
 echo "restored into $R:"; du -sh "$R/regenerate" "$R/distill"
